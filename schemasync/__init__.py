@@ -1,0 +1,1 @@
+"""schemasync package."""

@@ -1,0 +1,205 @@
+"""analyze_run: a run directory in, results.json (verdict, anomalies, statistics) out.
+
+The verdict follows anomalies.md: false when any anomaly is found, "unknown" when the run or
+its history is incomplete (and nothing was found in what could be read), true otherwise. A
+contract violation is one readable line in `errors`, never a traceback.
+
+Truncated final line (a killed controller): the readable prefix is analyzed, the line is named
+in `errors`, and the verdict is "unknown" unless the prefix already shows an anomaly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from checker.atomicity import ap_violation, mixed_schema_commit, transborder_op
+from checker.catalog_index import CatalogIndex
+from checker.compatibility import incompatible_commit
+from checker.conformance import schema_conformance
+from checker.contract import ContractError, read_catalog_lines, read_run_json
+from checker.durability import activation_order, lost_ddl, lost_write
+from checker.explain import ANOMALY_SCHEMA
+from checker.freshness import ack_lookup, stale_schema_read
+from checker.frames import RunFrames, build_frames
+from checker.indexes import index_missing, index_orphan
+from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
+from checker.session import build_session
+from checker.stats import StatsOptions, compute_stats
+
+Check = Callable[[RunFrames, CatalogIndex], DataFrame]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One anomaly class: its check and whether it needs comparable timestamps."""
+
+    name: str
+    check: Check
+    needs_clock: bool
+
+
+CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec("ap-violation", ap_violation, True),
+    CheckSpec("mixed-schema-commit", mixed_schema_commit, True),
+    CheckSpec("transborder-op", transborder_op, True),
+    CheckSpec("incompatible-commit", incompatible_commit, True),
+    CheckSpec("stale-schema-read", stale_schema_read, False),
+    CheckSpec("schema-conformance", schema_conformance, True),
+    CheckSpec("lost-write", lost_write, True),
+    CheckSpec("lost-ddl", lost_ddl, False),
+    CheckSpec("index-missing", index_missing, True),
+    CheckSpec("index-orphan", index_orphan, True),
+    CheckSpec("activation-order", activation_order, True),
+)
+CLASSES = tuple(c.name for c in CHECKS)
+MAX_PER_CLASS = 1000
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """Knobs a test or benchmark may turn; defaults are what the CLI uses."""
+
+    max_per_class: int = MAX_PER_CLASS
+    python_validation_max_bytes: int = PYTHON_VALIDATION_MAX_BYTES
+    stats: StatsOptions = StatsOptions()
+    with_stats: bool = True
+    write_results: bool = True
+
+
+def analyze_run(
+    run_dir: Path,
+    spark_master: str = "local[*]",
+    *,
+    spark: SparkSession | None = None,
+    options: AnalyzeOptions = AnalyzeOptions(),
+) -> dict[str, Any]:
+    """Analyze `run_dir`, write `results.json` there, and return it.
+
+    Uses `spark` when given (the caller owns it); otherwise makes a session on `spark_master`
+    and stops it before returning.
+    """
+    run_dir = Path(run_dir)
+    owned = spark is None
+    session = spark if spark is not None else build_session(spark_master)
+    try:
+        results = _analyze(session, run_dir, options)
+    finally:
+        if owned:
+            session.stop()
+    if options.write_results:
+        (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return results
+
+
+def exit_code(results: dict[str, Any]) -> int:
+    """0 valid, 1 anomalies, 2 unknown (255 is the CLI's own crash)."""
+    valid = results.get("valid")
+    if valid is True:
+        return 0
+    if valid is False:
+        return 1
+    return 2
+
+
+def _unknown(errors: list[str], started: float) -> dict[str, Any]:
+    return {
+        "valid": "unknown",
+        "anomalies": [],
+        "not_applicable": [],
+        "stats": {"analysis_s": round(time.monotonic() - started, 3)},
+        "errors": errors,
+    }
+
+
+def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dict[str, Any]:
+    started = time.monotonic()
+    if not run_dir.is_dir():
+        return _unknown([f"{run_dir}: not a run directory"], started)
+    try:
+        run = read_run_json(run_dir)
+        lines = read_catalog_lines(run_dir)
+        ingested = ingest_history(spark, run_dir, options.python_validation_max_bytes)
+    except ContractError as e:
+        return _unknown([str(e)], started)
+    errors: list[str] = []
+    if ingested.truncated_tail:
+        errors.append(
+            f"history.jsonl line {ingested.count + 1}: truncated (the controller died while "
+            "writing it); the readable prefix was analyzed"
+        )
+    clock = run.get("clock", "hlc")
+    rename_compatible = bool(run.get("config", {}).get("rename_column_compatible", True))
+    cat = CatalogIndex(spark, lines, rename_compatible)
+    events = ingested.events.persist()
+    try:
+        frames = build_frames(events)
+        completed = frames.completions.where(F.col("type") == "ok").limit(1).count()
+        if completed == 0:
+            errors.append("no client operation completed: the run did not get going (setup?)")
+            result = _unknown(errors, started)
+            result["stats"]["events"] = ingested.count
+            return result
+        not_applicable = [c.name for c in CHECKS if c.needs_clock and clock == "none"]
+        applicable = [c for c in CHECKS if c.name not in not_applicable]
+        anomalies, per_class = _collect(spark, frames, cat, applicable, options.max_per_class)
+        stats: dict[str, Any] = {"events": ingested.count}
+        if options.with_stats:
+            stats.update(compute_stats(frames, run, ack_lookup(frames, cat), options.stats))
+    finally:
+        events.unpersist()
+    stats["anomalies_by_class"] = per_class
+    stats["analysis_s"] = round(time.monotonic() - started, 3)
+    if anomalies:
+        valid: bool | str = False
+    elif errors:
+        valid = "unknown"
+    else:
+        valid = True
+    return {
+        "valid": valid,
+        "anomalies": anomalies,
+        "not_applicable": not_applicable,
+        "stats": stats,
+        "errors": errors,
+    }
+
+
+def _collect(
+    spark: SparkSession,
+    frames: RunFrames,
+    cat: CatalogIndex,
+    checks: list[CheckSpec],
+    cap: int,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Run every check as one union and bring back at most `cap` anomalies per class."""
+    union = spark.createDataFrame([], ANOMALY_SCHEMA)
+    for c in checks:
+        union = union.unionByName(c.check(frames, cat))
+    w = Window.partitionBy("class").orderBy(F.element_at("events", 1), "explanation")
+    ranked = union.select(
+        "*",
+        F.row_number().over(w).alias("_rn"),
+        F.count(F.lit(1)).over(Window.partitionBy("class")).alias("_n"),
+    ).where(F.col("_rn") <= cap)
+    rows = ranked.collect()
+    per_class = {c.name: 0 for c in checks}
+    out = []
+    for r in sorted(rows, key=lambda r: (CLASSES.index(r["class"]), r["_rn"])):
+        per_class[r["class"]] = int(r["_n"])
+        out.append(
+            {
+                "class": r["class"],
+                "events": [int(e) for e in r["events"]],
+                "nodes": list(r["nodes"]),
+                "explanation": r["explanation"],
+            }
+        )
+    return out, per_class

@@ -1,0 +1,165 @@
+"""Checks of the Atomicity Property and option 3 (seeds 000 and 001): what a node said was
+active at a timestamp against `cat(ts)` of the authoritative catalog.
+
+ap-violation: a probe, an op or a participant named a version other than the authoritative one.
+mixed-schema-commit: the participants of one committed txn disagree (or one is not tsv).
+transborder-op: an op succeeded although the table's version at op_ts is not the txn's I.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from checker.catalog_index import CatalogIndex
+from checker.explain import anomalies, sentence, ts, txt
+from checker.frames import RunFrames
+
+def _verb() -> F.Column:
+    return F.expr(
+        "case op when 'r' then 'read' when 'w' then 'wrote' when 'd' then 'deleted' "
+        "when 'ix' then 'looked up through an index of' else op end"
+    )
+
+
+def _truth(sv: str, since: str) -> F.Column:
+    """'version 6 was active from 1893:0' or 'the table did not exist then'."""
+    return F.when(
+        F.col(sv).isNull(), F.lit("the table did not exist at that timestamp")
+    ).otherwise(sentence("version ", txt(sv), " was active from ", ts(since)))
+
+
+def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Probes, op versions and participant commit versions that differ from cat(ts)."""
+    probes = cat.with_table(cat.with_version(frames.probes, "ts", "cv"), "cv", "table", "t")
+    bad_probes = probes.where(
+        (F.col("catalog_version") != F.col("cv"))
+        | (F.col("table").isNotNull() & ~F.col("table_sv").eqNullSafe(F.col("t_sv")))
+    )
+    probe_text = sentence(
+        "probe on ",
+        txt("node"),
+        " at ",
+        ts("ts"),
+        " answered catalog version ",
+        txt("catalog_version"),
+        F.when(
+            F.col("table").isNotNull(),
+            sentence(" with ", F.col("table"), " at schema version ", txt("table_sv")),
+        ).otherwise(F.lit("")),
+        ", but catalog version ",
+        txt("cv"),
+        F.when(
+            F.col("table").isNotNull(),
+            sentence(" (", F.col("table"), " at schema version ", txt("t_sv"), ")"),
+        ).otherwise(F.lit("")),
+        " was active from ",
+        ts("cv_activation"),
+    )
+    a = anomalies(bad_probes, "ap-violation", ["index"], ["node"], probe_text)
+
+    ops = frames.ops.where(F.col("op_sv").isNotNull())
+    ops = cat.with_table(cat.with_version(ops, "op_ts", "cv"), "cv", "table", "t")
+    bad_ops = ops.where(~F.col("op_sv").eqNullSafe(F.col("t_sv")))
+    op_text = sentence(
+        "txn ",
+        txt("txn_id"),
+        " ",
+        _verb(),
+        " ",
+        F.col("table"),
+        " key ",
+        txt("key"),
+        " on ",
+        txt("op_node"),
+        " at ",
+        ts("op_ts"),
+        " with schema version ",
+        txt("op_sv"),
+        ", but ",
+        _truth("t_sv", "t_since"),
+    )
+    b = anomalies(bad_ops, "ap-violation", ["index"], ["op_node"], op_text)
+
+    parts = frames.participants.where(F.col("commit_sv").isNotNull())
+    parts = cat.with_table(cat.with_version(parts, "commit_ts", "cv"), "cv", "table", "t")
+    bad_parts = parts.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv")))
+    part_text = sentence(
+        "participant ",
+        txt("p_node"),
+        " (partition ",
+        txt("partition"),
+        ") of txn ",
+        txt("txn_id"),
+        " validated ",
+        F.col("table"),
+        " at commit ",
+        ts("commit_ts"),
+        " against schema version ",
+        txt("commit_sv"),
+        ", but ",
+        _truth("t_sv", "t_since"),
+    )
+    c = anomalies(bad_parts, "ap-violation", ["index"], ["p_node"], part_text)
+    return a.unionByName(b).unionByName(c)
+
+
+def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Committed txns whose participants report different versions of one table, or not tsv."""
+    parts = frames.participants.where(F.col("type") == "ok")
+    parts = cat.with_table(cat.with_version(parts, "commit_ts", "cv"), "cv", "table", "t")
+    grouped = parts.groupBy("index", "txn_id", "table", "commit_ts", "t_sv", "t_since").agg(
+        F.array_sort(F.collect_set("commit_sv")).alias("versions"),
+        F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
+        F.count(F.when(~F.col("commit_sv").eqNullSafe(F.col("t_sv")), 1)).alias("off"),
+    )
+    bad = grouped.where((F.size("versions") > 1) | (F.col("off") > 0))
+    text = sentence(
+        "txn ",
+        txt("txn_id"),
+        " committed at ",
+        ts("commit_ts"),
+        " with participants ",
+        F.array_join("p_nodes", ", "),
+        " reporting schema versions [",
+        F.array_join(F.transform("versions", lambda x: x.cast("string")), ", "),
+        "] of ",
+        F.col("table"),
+        ", but ",
+        _truth("t_sv", "t_since"),
+    )
+    return bad.select(
+        F.lit("mixed-schema-commit").alias("class"),
+        F.array(F.col("index").cast("bigint")).alias("events"),
+        F.col("p_nodes").alias("nodes"),
+        text.alias("explanation"),
+    )
+
+
+def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Ops that succeeded although tsv(t, op_ts) differs from the txn's I for t."""
+    ops = frames.ops.where(F.col("succeeded") & F.col("txn_sv").isNotNull())
+    ops = cat.with_table(cat.with_version(ops, "op_ts", "cv"), "cv", "table", "t")
+    bad = ops.where(~F.col("txn_sv").eqNullSafe(F.col("t_sv")))
+    text = sentence(
+        "txn ",
+        txt("txn_id"),
+        " ",
+        _verb(),
+        " ",
+        F.col("table"),
+        " key ",
+        txt("key"),
+        " on ",
+        txt("op_node"),
+        " at ",
+        ts("op_ts"),
+        " and the op succeeded, although the txn's initial schema version of ",
+        F.col("table"),
+        " was ",
+        txt("txn_sv"),
+        " and ",
+        _truth("t_sv", "t_since"),
+        " (option 3 forbids an op after a DDL on an enlisted table)",
+    )
+    return anomalies(bad, "transborder-op", ["index"], ["op_node"], text)

@@ -1,0 +1,168 @@
+"""The run-directory contract as JSON Schema, and line-by-line validation of its small files.
+
+`history_schema.json` is the one statement of the contract in this repository: other parts
+validate what they write with `validator("event")`, and the checker validates run.json,
+catalog.jsonl and (when small) history.jsonl with it, naming file, line and field on failure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+EVENT_TYPES = ("invoke", "ok", "fail", "info")
+CLIENT_FS = ("ddl", "txn", "probe", "final-read")
+
+
+class ContractError(Exception):
+    """One violation of the contract: where it is and what is wrong, readable as one line."""
+
+    def __init__(self, file: str, line: int | None, field: str | None, why: str) -> None:
+        super().__init__(file, line, field, why)
+        self.file = file
+        self.line = line
+        self.field = field
+        self.why = why
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file} line {self.line}"
+        what = f" field {self.field!r}:" if self.field else ""
+        return f"{where}:{what} {self.why}"
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The parsed `history_schema.json` (the root validates one event)."""
+    text = resources.files("checker").joinpath("history_schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def validator(kind: str = "event") -> jsonschema.protocols.Validator:
+    """A validator of one `event`, one `catalog_line` or the `run` document."""
+    root = schema()
+    target = root if kind == "event" else {**root, "$ref": f"#/$defs/{kind}"}
+    cls = jsonschema.validators.validator_for(root)
+    return cls(target)
+
+
+def first_problem(kind: str, document: Any) -> tuple[str, str] | None:
+    """(field path, why) of the most specific violation, or None if `document` conforms."""
+    errors = list(validator(kind).iter_errors(document))
+    if not errors:
+        return None
+    best = jsonschema.exceptions.best_match(errors)
+    # best_match prefers shallow errors; the deepest one names the field a person must fix.
+    deepest = max(errors, key=lambda e: len(list(e.absolute_path)))
+    chosen = deepest if len(list(deepest.absolute_path)) > len(list(best.absolute_path)) else best
+    path = ".".join(str(p) for p in chosen.absolute_path)
+    field = path
+    if chosen.validator == "required" and isinstance(chosen.validator_value, list):
+        missing = [
+            r
+            for r in chosen.validator_value
+            if isinstance(chosen.instance, dict) and r not in chosen.instance
+        ]
+        if missing:
+            field = f"{path}.{missing[0]}" if path else missing[0]
+            return field, "missing"
+    return field or "(document)", _short(chosen.message)
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= 160 else message[:157] + "..."
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json, validated; raises ContractError naming the field."""
+    path = run_dir / "run.json"
+    if not path.exists():
+        raise ContractError("run.json", None, None, "missing from the run directory")
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except json.JSONDecodeError as e:
+        raise ContractError("run.json", e.lineno, None, f"not valid JSON ({e.msg})") from None
+    problem = first_problem("run", doc)
+    if problem is not None:
+        raise ContractError("run.json", None, problem[0], problem[1])
+    result: dict[str, Any] = doc
+    return result
+
+
+def read_catalog_lines(run_dir: Path) -> list[dict[str, Any]]:
+    """Every catalog.jsonl line, validated and in file order; raises ContractError."""
+    path = run_dir / "catalog.jsonl"
+    if not path.exists():
+        raise ContractError("catalog.jsonl", None, None, "missing from the run directory")
+    lines: list[dict[str, Any]] = []
+    for number, doc in _json_lines(path, "catalog.jsonl"):
+        problem = first_problem("catalog_line", doc)
+        if problem is not None:
+            raise ContractError("catalog.jsonl", number, problem[0], problem[1])
+        lines.append(doc)
+    if not lines:
+        raise ContractError("catalog.jsonl", None, None, "is empty (version 1 must be present)")
+    return lines
+
+
+def validate_history_file(path: Path) -> tuple[int, bool]:
+    """Validate every event of a (small) history.jsonl against the schema and the index order.
+
+    Returns (events, truncated_tail). A torn final line (no newline and not JSON: a killed
+    controller) is reported through the flag, not raised; any other violation raises.
+    """
+    count = 0
+    truncated = False
+    for number, doc in _json_lines(path, "history.jsonl", allow_torn_tail=True):
+        if doc is _TORN:
+            truncated = True
+            break
+        problem = first_problem("event", doc)
+        if problem is not None:
+            raise ContractError("history.jsonl", number, problem[0], problem[1])
+        if doc["index"] != count:
+            raise ContractError(
+                "history.jsonl",
+                number,
+                "index",
+                f"is {doc['index']} but line {number} must hold index {count} "
+                "(indexes ascend from 0 without gaps)",
+            )
+        count += 1
+    return count, truncated
+
+
+_TORN: Any = object()
+
+
+def _json_lines(
+    path: Path, name: str, allow_torn_tail: bool = False
+) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for each line, streamed so huge files fit in memory."""
+    with open(path, "rb") as f:
+        number = 0
+        for raw in f:
+            number += 1
+            complete = raw.endswith(b"\n")
+            if not raw.strip():
+                if not complete:
+                    return
+                raise ContractError(name, number, None, "empty line")
+            try:
+                doc = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                if not complete and allow_torn_tail:
+                    yield number, _TORN
+                    return
+                why = "truncated (no newline, not complete JSON)" if not complete else "not JSON"
+                raise ContractError(name, number, None, f"{why}: {e}") from None
+            if not isinstance(doc, dict):
+                raise ContractError(name, number, None, "is not a JSON object")
+            yield number, doc

@@ -1,0 +1,266 @@
+"""What was acknowledged must last: lost-write, lost-ddl, and activation-order of the catalog.
+
+Written columns are compared with the final read by column id (a later rename or widening does
+not hide a write; a later drop removes the column from the comparison).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from checker.catalog_index import CatalogIndex
+from checker.explain import anomalies, sentence, ts, txt
+from checker.frames import RunFrames
+
+
+def same_value(a: Column, b: Column) -> Column:
+    """JSON texts equal as numbers when both are numbers, else as text (null-safe)."""
+    da, db = a.try_cast("double"), b.try_cast("double")
+    return F.when(da.isNotNull() & db.isNotNull(), da == db).otherwise(a.eqNullSafe(b))
+
+
+def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """The last committed write of each key whose effect the final read does not show."""
+    writes = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
+    writes = cat.with_table(cat.with_version(writes, "op_ts", "wv"), "wv", "table", "w")
+    writes = writes.where(F.col("w_id").isNotNull())
+    w = Window.partitionBy("w_id", "key").orderBy(
+        F.col("commit_ts").desc(), F.col("index").desc(), F.col("pos").desc()
+    )
+    last = writes.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1)
+
+    # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
+    maybe = (
+        frames.txns.where(F.col("type") == "info")
+        .select(F.explode("invoke_ops").alias("o"))
+        .where(F.col("o.op").isin("w", "d"))
+        .select(F.col("o.table").alias("table"), F.col("o.key").alias("key"))
+        .distinct()
+    )
+    last = last.join(maybe, ["table", "key"], "left_anti")
+
+    reads = cat.with_table(cat.with_version(frames.table_reads, "ts", "fv"), "fv", "table", "f")
+    latest = Window.partitionBy("f_id").orderBy(F.col("index").desc())
+    reads = (
+        reads.where(F.col("f_id").isNotNull())
+        .withColumn("_rn", F.row_number().over(latest))
+        .where(F.col("_rn") == 1)
+    )
+    read_tables = reads.select(
+        F.col("f_id"),
+        F.col("fv"),
+        F.col("index").alias("read_index"),
+        F.col("node").alias("read_node"),
+        F.col("ts").alias("read_ts"),
+        F.col("table").alias("read_table"),
+    )
+    read_rows = reads.select(
+        F.col("f_id").alias("_rf"), F.explode("rows").alias("r")
+    ).select("_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row"))
+
+    cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(
+        F.col("commit_ts") < F.col("read_ts")
+    )
+    cand = cand.join(
+        read_rows, (F.col("_rf") == F.col("f_id")) & (F.col("_rk") == F.col("key")), "left"
+    ).withColumn("_wid", F.monotonically_increasing_id())
+
+    # Column-by-column comparison of the written values, matched by column id.
+    wcols = cat.columns.select(
+        F.col("catalog_version").alias("_wcv"),
+        F.col("table").alias("_wct"),
+        F.col("col_name").alias("_wname"),
+        F.col("col_id").alias("_wcid"),
+    )
+    fcols = cat.columns.select(
+        F.col("catalog_version").alias("_fcv"),
+        F.col("table_id").alias("_fct"),
+        F.col("col_id").alias("_fcid"),
+        F.col("col_name").alias("_fname"),
+    )
+    present = cand.where((F.col("op") == "w") & F.col("final_row").isNotNull())
+    cells = present.select(
+        "_wid",
+        "wv",
+        "table",
+        "fv",
+        "f_id",
+        F.from_json("final_row", "map<string,string>").alias("_fm"),
+        F.explode(F.from_json("row", "map<string,string>")).alias("_cname", "_cval"),
+    )
+    cells = (
+        cells.join(
+            F.broadcast(wcols),
+            (F.col("_wcv") == F.col("wv"))
+            & (F.col("_wct") == F.col("table"))
+            & (F.col("_wname") == F.col("_cname")),
+        )
+        .join(
+            F.broadcast(fcols),
+            (F.col("_fcv") == F.col("fv"))
+            & (F.col("_fct") == F.col("f_id"))
+            & (F.col("_fcid") == F.col("_wcid")),
+        )
+        .withColumn("_fval", F.element_at("_fm", F.col("_fname")))
+    )
+    mismatched = (
+        cells.where(~same_value(F.col("_cval"), F.col("_fval")))
+        .groupBy("_wid")
+        .agg(
+            F.min(
+                F.concat(
+                    F.col("_cname"),
+                    F.lit(" = "),
+                    txt("_cval"),
+                    F.lit(" but the final read has "),
+                    txt("_fval"),
+                )
+            ).alias("diff")
+        )
+    )
+    cand = cand.join(mismatched, "_wid", "left")
+    lost = cand.where(
+        ((F.col("op") == "d") & F.col("final_row").isNotNull())
+        | ((F.col("op") == "w") & (F.col("final_row").isNull() | F.col("diff").isNotNull()))
+    )
+    effect = (
+        F.when(
+            F.col("op") == "d",
+            sentence("but the final read still has the row ", txt("final_row")),
+        )
+        .when(F.col("final_row").isNull(), F.lit("but the final read has no such row"))
+        .otherwise(sentence("but ", F.col("diff")))
+    )
+    text = sentence(
+        "txn ",
+        txt("txn_id"),
+        F.when(F.col("op") == "d", F.lit(" deleted ")).otherwise(F.lit(" wrote ")),
+        F.col("table"),
+        " key ",
+        txt("key"),
+        F.when(F.col("op") == "w", sentence(" = ", txt("row"))).otherwise(F.lit("")),
+        " and committed at ",
+        ts("commit_ts"),
+        " (acknowledged, and no later write of that key committed); final read #",
+        txt("read_index"),
+        " of ",
+        F.col("read_table"),
+        " at ",
+        ts("read_ts"),
+        " on ",
+        txt("read_node"),
+        ", ",
+        effect,
+    )
+    return anomalies(lost, "lost-write", ["index", "read_index"], ["op_node", "read_node"], text)
+
+
+def _norm(c: Column) -> Column:
+    return F.upper(F.regexp_replace(F.trim(c), r"\s+", " "))
+
+
+def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Acknowledged DDLs missing from catalog.jsonl or disagreeing with its version/activation."""
+    versions = cat.versions.select(
+        F.col("catalog_version").alias("_v"),
+        F.col("activation_ts").alias("cat_activation"),
+        F.col("ddl").alias("cat_ddl"),
+    )
+    acks = frames.ddls.withColumn(
+        "_dups", F.count(F.lit(1)).over(Window.partitionBy("catalog_version"))
+    )
+    j = acks.join(F.broadcast(versions), F.col("_v") == F.col("catalog_version"), "left")
+    missing = j.where(F.col("_v").isNull())
+    moved = j.where(F.col("_v").isNotNull() & (F.col("cat_activation") != F.col("activation_ts")))
+    dup = j.where(
+        F.col("_v").isNotNull()
+        & (F.col("cat_activation") == F.col("activation_ts"))
+        & (F.col("_dups") > 1)
+        & (_norm(F.col("stmt")) != _norm(F.col("cat_ddl")))
+    )
+    head = sentence(
+        "DDL '",
+        txt("stmt"),
+        "' was acknowledged on ",
+        txt("node"),
+        " with catalog version ",
+        txt("catalog_version"),
+        " activating at ",
+        ts("activation_ts"),
+        ", but ",
+    )
+    a = anomalies(
+        missing,
+        "lost-ddl",
+        ["index"],
+        ["node"],
+        sentence(head, "catalog.jsonl has no version ", txt("catalog_version")),
+    )
+    b = anomalies(
+        moved,
+        "lost-ddl",
+        ["index"],
+        ["node"],
+        sentence(
+            head,
+            "catalog.jsonl activates version ",
+            txt("catalog_version"),
+            " at ",
+            ts("cat_activation"),
+        ),
+    )
+    c = anomalies(
+        dup,
+        "lost-ddl",
+        ["index"],
+        ["node"],
+        sentence(
+            head,
+            "another DDL was acknowledged with the same version and catalog.jsonl holds '",
+            txt("cat_ddl"),
+            "' there",
+        ),
+    )
+    return a.unionByName(b).unionByName(c)
+
+
+def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Catalog versions whose activation_ts does not exceed the previous version's."""
+    w = Window.orderBy("catalog_version")
+    v = cat.versions.select(
+        "catalog_version",
+        "activation_ts",
+        "ddl",
+        F.lag("catalog_version").over(w).alias("prev_version"),
+        F.lag("activation_ts").over(w).alias("prev_activation"),
+    ).where(F.col("activation_ts") <= F.col("prev_activation"))
+    acks = frames.ddls.select(
+        F.col("catalog_version").alias("_av"), F.col("index").alias("_ai"), F.col("node").alias("_an")
+    )
+    j = v.join(
+        F.broadcast(acks),
+        F.col("_av").isin(F.col("catalog_version"), F.col("prev_version")),
+        "left",
+    )
+    grouped = j.groupBy(
+        "catalog_version", "activation_ts", "ddl", "prev_version", "prev_activation"
+    ).agg(
+        F.array_sort(F.collect_set(F.col("_ai").cast("bigint"))).alias("events"),
+        F.array_sort(F.collect_set("_an")).alias("nodes"),
+    )
+    text = sentence(
+        "catalog version ",
+        txt("catalog_version"),
+        " ('",
+        txt("ddl"),
+        "') activates at ",
+        ts("activation_ts"),
+        ", not after version ",
+        txt("prev_version"),
+        " which activates at ",
+        ts("prev_activation"),
+    )
+    return grouped.select(
+        F.lit("activation-order").alias("class"), "events", "nodes", text.alias("explanation")
+    )

@@ -1,0 +1,284 @@
+"""history.jsonl into a typed, validated DataFrame with a Parquet copy next to the run.
+
+One JSON parse per run: the text is parsed with explicit schemas (no inference), written to
+`history.parquet/` with a per-line problem column, and validated by aggregating that column, so
+a re-analysis reads Parquet only. Polymorphic fields (rows, results, nemesis values) stay raw
+JSON strings and are parsed where a check needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, validate_history_file
+
+PARQUET_DIR = "history.parquet"
+SOURCE_STAMP = "_source.json"
+FORMAT_VERSION = 1
+# Histories up to this size are validated against the full JSON Schema in Python first (exact
+# messages); bigger ones by Spark expressions over the required fields.
+PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
+
+L = T.LongType()
+S = T.StringType()
+
+
+def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t, True) for n, t in fields])
+
+
+OP_SCHEMA = _struct(
+    ("op", S),
+    ("table", S),
+    ("key", L),
+    ("row", S),
+    ("index", S),
+    ("lookup", S),
+    ("op_ts", L),
+    ("node", S),
+    ("schema_version", L),
+    ("result", S),
+)
+VALUE_SCHEMA = _struct(
+    ("stmt", S),
+    ("table", S),
+    ("kind", S),
+    ("catalog_version", L),
+    ("activation_ts", L),
+    ("index", S),
+    ("ops", T.ArrayType(OP_SCHEMA)),
+    ("txn_id", S),
+    ("begin_ts", L),
+    ("commit_ts", L),
+    ("tables", T.MapType(S, _struct(("base_ts", L), ("schema_version", L)))),
+    (
+        "participants",
+        T.ArrayType(
+            _struct(("node", S), ("table", S), ("partition", L), ("commit_schema_version", L))
+        ),
+    ),
+    ("ts", L),
+    ("table_schema_version", L),
+    ("columns", S),
+    ("schema_version", L),
+    ("rows", T.ArrayType(_struct(("key", L), ("row", S)))),
+    ("entries", T.ArrayType(_struct(("key", L), ("values", S)))),
+    ("safe_time_waits", _struct(("count", L), ("total_ms", T.DoubleType()), ("max_ms", L))),
+)
+ERROR_SCHEMA = _struct(("code", S), ("message", S), ("retriable", T.BooleanType()))
+LINE_SCHEMA = _struct(
+    ("index", L),
+    ("time", L),
+    ("type", S),
+    ("process", S),
+    ("f", S),
+    ("node", S),
+    ("value", S),
+    ("error", ERROR_SCHEMA),
+)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """The validated events of one run and what validation noticed."""
+
+    events: DataFrame
+    count: int
+    truncated_tail: bool
+    parquet: Path
+
+
+def ingest_history(
+    spark: SparkSession,
+    run_dir: Path,
+    python_validation_max_bytes: int = PYTHON_VALIDATION_MAX_BYTES,
+) -> Ingested:
+    """Validate history.jsonl and return its events (from the Parquet copy); ContractError."""
+    source = run_dir / "history.jsonl"
+    if not source.exists():
+        raise ContractError("history.jsonl", None, None, "missing from the run directory")
+    stat = source.stat()
+    stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": FORMAT_VERSION}
+    parquet = run_dir / PARQUET_DIR
+    stamp_file = parquet / SOURCE_STAMP
+    cached = stamp_file.exists() and _stamp_matches(stamp_file, stamp)
+    truncated = False
+    if not cached:
+        if stat.st_size <= python_validation_max_bytes:
+            _, truncated = validate_history_file(source)
+        if parquet.exists():
+            shutil.rmtree(parquet)
+        _parse_lines(spark, source).write.mode("overwrite").parquet(str(parquet))
+    raw = spark.read.parquet(str(parquet))
+    if cached:
+        saved = json.loads(stamp_file.read_text("utf-8"))
+        count, truncated = int(saved["count"]), bool(saved["truncated_tail"])
+    else:
+        try:
+            count, truncated = _validate_parsed(raw, source, truncated)
+        except ContractError:
+            shutil.rmtree(parquet, ignore_errors=True)
+            raise
+        stamp_file.write_text(
+            json.dumps({**stamp, "count": count, "truncated_tail": truncated}), "utf-8"
+        )
+    events = raw.where(F.col("_problem").isNull()).drop("_problem", "_pid", "_pos")
+    return Ingested(events, count, truncated, parquet)
+
+
+def _stamp_matches(stamp_file: Path, stamp: dict[str, int]) -> bool:
+    try:
+        saved = json.loads(stamp_file.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return all(saved.get(k) == v for k, v in stamp.items())
+
+
+def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
+    text = spark.read.text(str(source))
+    mid = F.monotonically_increasing_id()
+    pid = F.spark_partition_id()
+    line = F.from_json("value", LINE_SCHEMA)
+    parsed = text.select(
+        line.alias("e"),
+        pid.alias("_pid"),
+        (mid - F.shiftleft(pid.cast("long"), 33)).alias("_pos"),
+    )
+    is_client = F.col("e.process") != F.lit("nemesis")
+    value = F.when(is_client, F.from_json("e.value", VALUE_SCHEMA))
+    return parsed.select(
+        F.col("e.index").alias("index"),
+        F.col("e.time").alias("time"),
+        F.col("e.type").alias("type"),
+        F.col("e.process").alias("process"),
+        F.col("e.f").alias("f"),
+        F.col("e.node").alias("node"),
+        value.alias("value"),
+        F.col("e.value").alias("value_json"),
+        F.col("e.error").alias("error"),
+        _problem_expr().alias("_problem"),
+        "_pid",
+        "_pos",
+    )
+
+
+def _problem_expr() -> Column:
+    """The first violated requirement of a parsed line, as 'field: why', or null."""
+    e = F.col("e")
+    client = F.col("e.process") != F.lit("nemesis")
+    completion = F.col("e.type").isin("ok", "fail", "info")
+    v = F.from_json("e.value", VALUE_SCHEMA)
+    ok = F.col("e.type") == "ok"
+    checks: list[tuple[Column, str]] = [
+        (e.isNull(), "(line): not JSON"),
+        (F.col("e.index").isNull(), "index: missing or not an integer"),
+        (F.col("e.time").isNull(), "time: missing or not an integer"),
+        (F.col("e.type").isNull(), "type: missing"),
+        (~F.col("e.type").isin(*EVENT_TYPES), "type: not one of invoke/ok/fail/info"),
+        (F.col("e.process").isNull(), "process: missing"),
+        (F.col("e.f").isNull(), "f: missing"),
+        (
+            client & ~F.col("e.process").rlike(r"^[0-9]+$"),
+            "process: neither an integer nor 'nemesis'",
+        ),
+        (client & ~F.col("e.f").isin(*CLIENT_FS), "f: not a client operation"),
+        (~client & (F.col("e.type") != "info"), "type: nemesis events are info"),
+        (client & completion & ~ok & F.col("e.error.code").isNull(), "error: missing"),
+        (
+            client & ok & (F.col("e.f") == "ddl") & v.catalog_version.isNull(),
+            "value.catalog_version: missing",
+        ),
+        (
+            client & ok & (F.col("e.f") == "ddl") & v.activation_ts.isNull(),
+            "value.activation_ts: missing",
+        ),
+        (client & ok & (F.col("e.f") == "txn") & v.txn_id.isNull(), "value.txn_id: missing"),
+        (client & ok & (F.col("e.f") == "txn") & v.ops.isNull(), "value.ops: missing"),
+        (client & ok & (F.col("e.f") == "txn") & v.tables.isNull(), "value.tables: missing"),
+        (client & ok & (F.col("e.f") == "probe") & v.ts.isNull(), "value.ts: missing"),
+        (
+            client & ok & (F.col("e.f") == "probe") & v.catalog_version.isNull(),
+            "value.catalog_version: missing",
+        ),
+        (client & ok & (F.col("e.f") == "final-read") & v.ts.isNull(), "value.ts: missing"),
+    ]
+    out = F.lit(None).cast("string")
+    for cond, why in reversed(checks):
+        out = F.when(cond, F.lit(why)).otherwise(out)
+    return out
+
+
+def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[int, bool]:
+    """Check problems and index order with one aggregate; returns (events, truncated tail)."""
+    parts = (
+        raw.groupBy("_pid")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min(F.col("index") - F.col("_pos")).alias("lo"),
+            F.max(F.col("index") - F.col("_pos")).alias("hi"),
+            F.count(F.col("index")).alias("with_index"),
+            F.min(F.when(F.col("_problem").isNotNull(), F.col("_pos"))).alias("first_bad"),
+            F.count(F.col("_problem")).alias("bad"),
+        )
+        .orderBy("_pid")
+        .collect()
+    )
+    total = sum(int(p["n"]) for p in parts)
+    bad = sum(int(p["bad"]) for p in parts)
+    torn = torn_known or _torn_tail(source)
+    if bad == 0 or (torn and bad == 1 and _only_bad_is_last(raw, parts)):
+        start = 0
+        ordered = True
+        for p in parts:
+            good_n = int(p["n"]) - int(p["bad"])
+            if good_n and not (p["lo"] == p["hi"] == start):
+                ordered = False
+                break
+            start += good_n
+        if ordered:
+            return total - bad, torn and bad == 1
+    # Something is wrong: find the exact first violation with the line-by-line validator.
+    validate_history_file(source)
+    raise ContractError("history.jsonl", None, None, "lines out of order or malformed")
+
+
+def _only_bad_is_last(raw: DataFrame, parts: list) -> bool:
+    last = max((p for p in parts if int(p["n"]) > 0), key=lambda p: p["_pid"], default=None)
+    if last is None or last["first_bad"] is None:
+        return False
+    return int(last["first_bad"]) == int(last["n"]) - 1
+
+
+def _torn_tail(source: Path) -> bool:
+    with open(source, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size == 0:
+            return False
+        f.seek(size - 1)
+        return f.read(1) != b"\n"
+
+
+def load_runs(spark: SparkSession, root: Path) -> DataFrame:
+    """Every run under `root` as one events dataset with a `run` column (for trends).
+
+    Runs without a Parquet copy are ingested (and validated) first; an invalid run raises.
+    """
+    runs = sorted(p for p in root.iterdir() if (p / "history.jsonl").exists())
+    for run in runs:
+        ingest_history(spark, run)
+    pattern = str(root / "*" / PARQUET_DIR)
+    df = spark.read.parquet(pattern)
+    run_name = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)/" + PARQUET_DIR + "/", 1)
+    return (
+        df.where(F.col("_problem").isNull())
+        .withColumn("run", run_name)
+        .drop("_problem", "_pid", "_pos")
+    )

@@ -1,0 +1,36 @@
+"""The one SparkSession of an analysis: quiet, no UI, few shuffle partitions for small runs.
+
+The caller owns it (tests share one; the CLI makes one and stops it), so every function of the
+checker takes a session rather than making its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> SparkSession:
+    """A SparkSession for `master` (any URL: local[n], local-cluster[...], spark://...)."""
+    # Executors started by local-cluster or a standalone master run the same Python as us.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("schemachaos-checker")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", os.environ.get("CHECKER_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.autoBroadcastJoinThreshold", str(32 * 1024 * 1024))
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,85 @@
+"""The one protocol through which the controller acts on a node, whatever the backend.
+
+Jepsen's Remote: run a shell command as root, move files, signal processes. Every fault and
+every target action goes through it, so each works on docker, local and ssh alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+SIGNALS = frozenset({"TERM", "KILL", "STOP", "CONT", "INT", "HUP", "USR1", "USR2"})
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class RemoteError(Exception):
+    """A command failed on a node, or the node could not be reached."""
+
+    def __init__(self, node: str, message: str, result: CommandResult | None = None) -> None:
+        super().__init__(f"{node}: {message}")
+        self.node = node
+        self.result = result
+
+
+@runtime_checkable
+class Remote(Protocol):
+    name: str
+    host: str
+
+    def run(self, cmd: str, timeout: float = 30.0, check: bool = True) -> CommandResult: ...
+
+    def upload(self, local: Path, remote_path: str) -> None: ...
+
+    def download(self, remote_path: str, local: Path) -> None: ...
+
+    def signal(self, pattern: str, sig: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def normalize_signal(sig: str) -> str:
+    """'SIGKILL', 'kill', 'KILL' -> 'KILL'; anything else is refused."""
+    name = sig.upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise ValueError(f"unsupported signal {sig!r}")
+    return name
+
+
+def pkill_command(pattern: str, sig: str) -> str:
+    """A shell command that signals processes matching pattern, but never the shell running it.
+
+    The pattern travels base64-encoded, so the command line of the shell that runs pkill does
+    not contain it and cannot match itself. Exit 1 (nothing matched) is not an error.
+    """
+    encoded = base64.b64encode(pattern.encode()).decode()
+    name = normalize_signal(sig)
+    return (
+        f"p=$(printf %s {shlex.quote(encoded)} | base64 -d); "
+        f'pkill -{name} -f -- "$p"; rc=$?; [ $rc -le 1 ]'
+    )
+
+
+def pgrep_command(pattern: str) -> str:
+    """Exit 0 when a process matches pattern (the pattern hidden from the shell's own argv)."""
+    encoded = base64.b64encode(pattern.encode()).decode()
+    return f'p=$(printf %s {shlex.quote(encoded)} | base64 -d); pgrep -f -- "$p" >/dev/null'
+
+
+def check_result(node: str, cmd: str, result: CommandResult, check: bool) -> CommandResult:
+    if check and result.exit_code != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise RemoteError(
+            node, f"command failed (exit {result.exit_code}): {cmd[:200]}: {' | '.join(detail)}",
+            result,
+        )
+    return result

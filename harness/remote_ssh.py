@@ -1,0 +1,218 @@
+"""Nodes reached over SSH with paramiko: key auth only, host keys pinned, never trusted on first use.
+
+Used by the ssh backend (real hosts from a nodes file) and by the docker backend, whose containers
+run sshd with the host keys they generated at start.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import socket
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from harness.remote import CommandResult, RemoteError, check_result, pkill_command
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One host of a nodes file: where to reach it and with which key."""
+
+    name: str
+    host: str
+    port: int = 22
+    user: str = "root"
+    key: str | None = None
+    known_hosts: str | None = None
+
+
+class NodesFileError(Exception):
+    """The --nodes-file is missing or malformed; the message names file and entry."""
+
+
+def load_nodes_file(path: Path) -> list[SshHost]:
+    """TOML: [[nodes]] name, host, port, user, key (private key path), known_hosts (optional)."""
+    if not path.is_file():
+        raise NodesFileError(f"nodes file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise NodesFileError(f"{path}: not valid TOML: {e}") from e
+    entries = data.get("nodes")
+    if not isinstance(entries, list) or not entries:
+        raise NodesFileError(f"{path}: needs at least one [[nodes]] table")
+    hosts: list[SshHost] = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: nodes[{i}]"
+        if not isinstance(entry, dict):
+            raise NodesFileError(f"{where}: not a table")
+        for key in ("name", "host"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise NodesFileError(f"{where}: {key} is required (a string)")
+        port = entry.get("port", 22)
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise NodesFileError(f"{where}: port must be an integer 1..65535")
+        key_path = entry.get("key")
+        if key_path is not None and not Path(key_path).expanduser().is_file():
+            raise NodesFileError(f"{where}: key file not found: {key_path}")
+        hosts.append(
+            SshHost(
+                name=entry["name"],
+                host=entry["host"],
+                port=port,
+                user=str(entry.get("user", "root")),
+                key=str(Path(key_path).expanduser()) if key_path else None,
+                known_hosts=entry.get("known_hosts"),
+            )
+        )
+    names = [h.name for h in hosts]
+    if len(set(names)) != len(names):
+        raise NodesFileError(f"{path}: node names must be unique")
+    return hosts
+
+
+class SshRemote:
+    """A Remote over one paramiko connection (reconnected on demand; safe to share across threads)."""
+
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        *,
+        connect_host: str | None = None,
+        port: int = 22,
+        user: str = "root",
+        key_file: str | None = None,
+        host_keys: list[paramiko.PKey] | None = None,
+        known_hosts: str | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self._connect_host = connect_host or host
+        self._port = port
+        self._user = user
+        self._key_file = key_file
+        self._host_keys = host_keys or []
+        self._known_hosts = known_hosts
+        self._connect_timeout = connect_timeout
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self._sudo = "" if user == "root" else "sudo -n "
+
+    def _where(self) -> str:
+        return f"{self._user}@{self._connect_host}:{self._port}"
+
+    def _connect(self) -> paramiko.SSHClient:
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return self._client
+                self._client.close()
+            client = paramiko.SSHClient()
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            if self._known_hosts:
+                client.load_host_keys(str(Path(self._known_hosts).expanduser()))
+            elif not self._host_keys:
+                client.load_system_host_keys()
+            entry = (
+                self._connect_host
+                if self._port == 22
+                else f"[{self._connect_host}]:{self._port}"
+            )
+            for key in self._host_keys:
+                client.get_host_keys().add(entry, key.get_name(), key)
+            try:
+                client.connect(
+                    self._connect_host,
+                    port=self._port,
+                    username=self._user,
+                    key_filename=self._key_file,
+                    timeout=self._connect_timeout,
+                    banner_timeout=self._connect_timeout,
+                    auth_timeout=self._connect_timeout,
+                    allow_agent=False,
+                    look_for_keys=self._key_file is None,
+                )
+            except paramiko.SSHException as e:
+                client.close()
+                raise RemoteError(self.name, f"ssh to {self._where()} refused: {e}") from e
+            except OSError as e:
+                client.close()
+                raise RemoteError(self.name, f"ssh host {self._where()} unreachable: {e}") from e
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(5)
+            self._client = client
+            return client
+
+    def wait_reachable(self, timeout: float) -> None:
+        """Retry connecting until sshd answers (containers need a moment to start it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._connect()
+                return
+            except RemoteError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+
+    def run(self, cmd: str, timeout: float = 30.0, check: bool = True) -> CommandResult:
+        client = self._connect()
+        full = f"{self._sudo}sh -c {_quote(cmd)}" if self._sudo else cmd
+        try:
+            _, stdout, stderr = client.exec_command(full, timeout=timeout)
+            channel = stdout.channel
+            channel.shutdown_write()
+            out = stdout.read().decode(errors="replace")
+            err = stderr.read().decode(errors="replace")
+            code = channel.recv_exit_status()
+        except (TimeoutError, socket.timeout) as e:
+            raise RemoteError(self.name, f"command timed out after {timeout}s: {cmd[:200]}") from e
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise RemoteError(self.name, f"ssh to {self._where()} failed: {e}") from e
+        return check_result(self.name, cmd, CommandResult(code, out, err), check)
+
+    def upload(self, local: Path, remote_path: str) -> None:
+        client = self._connect()
+        try:
+            with client.open_sftp() as sftp:
+                sftp.put(str(local), remote_path)
+        except (paramiko.SSHException, OSError) as e:
+            raise RemoteError(self.name, f"upload {local} -> {remote_path} failed: {e}") from e
+
+    def download(self, remote_path: str, local: Path) -> None:
+        client = self._connect()
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with client.open_sftp() as sftp:
+                sftp.get(remote_path, str(local))
+        except (paramiko.SSHException, OSError) as e:
+            raise RemoteError(self.name, f"download {remote_path} -> {local} failed: {e}") from e
+
+    def signal(self, pattern: str, sig: str) -> None:
+        self.run(pkill_command(pattern, sig), timeout=15.0)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def _quote(cmd: str) -> str:
+    return shlex.quote(cmd)
+
+
+def read_public_key(path: Path) -> paramiko.PKey:
+    """A host or user public key from an OpenSSH .pub line."""
+    kind, data, *_ = path.read_text().split()
+    return paramiko.PKey.from_type_string(kind, base64.b64decode(data))

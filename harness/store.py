@@ -1,0 +1,133 @@
+"""The results store: one directory per run, `store/<test>/<YYYYmmddTHHMMSS>/`, plus `latest` links.
+
+A run directory follows shared/spec/history.md; the harness adds `nodes/<name>/` (node logs),
+`controller.log`, and a `.tmp/` temp area (ssh keys, local node data) removed at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    test: str
+    run_id: str  # unique, safe in container and network names
+
+    @property
+    def history(self) -> Path:
+        return self.path / "history.jsonl"
+
+    @property
+    def catalog(self) -> Path:
+        return self.path / "catalog.jsonl"
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "results.json"
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / ".tmp"
+
+    @property
+    def controller_log(self) -> Path:
+        return self.path / "controller.log"
+
+    def node_dir(self, node: str) -> Path:
+        d = self.path / "nodes" / node
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def safe_name(name: str) -> str:
+    return _NAME_OK.sub("-", name).strip("-.") or "test"
+
+
+def new_run_dir(store: Path, test: str) -> RunDir:
+    """Create `store/<test>/<timestamp>/` (a suffix if that second is taken) and point the
+    `latest` links at it."""
+    test = safe_name(test)
+    parent = store / test
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = parent / stamp
+    n = 1
+    while True:
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            path = parent / f"{stamp}-{n}"
+    _relink(store / "latest", path.relative_to(store))
+    _relink(parent / "latest", Path(path.name))
+    run_id = f"{path.name.lower()}-{secrets.token_hex(3)}"
+    return RunDir(path=path, test=test, run_id=run_id)
+
+
+def _relink(link: Path, target: Path) -> None:
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write-then-rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def controller_logging(run: RunDir) -> logging.Handler:
+    """Attach a file handler for the controller log to the `schemachaos` logger tree."""
+    handler = logging.FileHandler(run.controller_log)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    )
+    root = logging.getLogger("schemachaos")
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    return handler
+
+
+def detach_logging(handler: logging.Handler) -> None:
+    logging.getLogger("schemachaos").removeHandler(handler)
+    handler.close()
+
+
+def resolve_run_dir(path: Path) -> Path:
+    """A run dir given directly or through a `latest` link; the error names the path."""
+    resolved = path.resolve()
+    if not resolved.is_dir():
+        raise FileNotFoundError(f"run directory not found: {path}")
+    return resolved

@@ -1,0 +1,57 @@
+"""`schemachaos report RUN_DIR`: report.html, junit.xml and plots/ written into the run directory.
+
+A run without results.json is analyzed first (checker.analyze.analyze_run), so a stored run can
+always be re-reported; a checker crash still leaves a page saying why, then propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from reports.html import build_report_html
+from reports.junit import write_junit
+from reports.plots import render_plots
+from reports.rundata import load_run
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _results(run_dir: Path) -> tuple[dict[str, Any], BaseException | None]:
+    path = run_dir / "results.json"
+    if path.exists():
+        with path.open(encoding="utf-8") as fh:
+            return json.load(fh), None
+    try:
+        from checker.analyze import analyze_run
+
+        return analyze_run(run_dir), None
+    except Exception as exc:
+        why = f"the checker crashed: {type(exc).__name__}: {exc}"
+        crashed = {"valid": "unknown", "anomalies": [], "not_applicable": [], "stats": {}}
+        return {**crashed, "errors": [why]}, exc
+
+
+def repro_command(run_dir: Path) -> str:
+    return f"schemachaos repro {shlex.quote(str(run_dir.resolve()))}"
+
+
+def render_report(run_dir: Path) -> Path:
+    """Write report.html, junit.xml and plots/ into run_dir; returns the report.html path."""
+    run_dir = Path(run_dir)
+    results, crash = _results(run_dir)
+    data = load_run(run_dir, results)
+    plots = render_plots(data, run_dir / "plots")
+    report = run_dir / "report.html"
+    _write_atomically(report, build_report_html(data, plots, repro_command(run_dir)))
+    write_junit(results, data.run, run_dir / "junit.xml")
+    if crash is not None:
+        raise crash
+    return report

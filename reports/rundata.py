@@ -1,0 +1,461 @@
+"""A run directory read once into the columns the plots, the report and JUnit need.
+
+The history contract (history.md) is the only input: ops are paired invoke -> completion per
+process, nemesis events become windows by kind, catalog.jsonl gives the DDL activations.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUTCOMES = ("ok", "fail", "info", "pending")
+CLOSING_PREFIXES = ("stop-", "heal-")
+CLOSE_ALL = frozenset({"heal-all", "heal", "stop-all"})
+# Nemesis value keys that may hold per-node clock offsets in seconds.
+OFFSET_KEYS = ("offsets", "offsets_s", "clock_offsets", "clock_offsets_s", "offset_s", "offset")
+
+
+@dataclass(frozen=True)
+class NemesisWindow:
+    """One fault interval: a start-KIND event paired with its stop-/heal- event."""
+
+    kind: str
+    start_s: float
+    end_s: float
+    start_index: int
+    end_index: int | None
+    value: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A catalog version from catalog.jsonl placed on the run's time axis."""
+
+    catalog_version: int
+    activation_ts: int
+    time_s: float | None
+    ddl: str
+
+
+@dataclass(frozen=True)
+class Ops:
+    """Completed (or dangling) client operations as parallel columns, one row per op."""
+
+    invoke_index: np.ndarray  # int64
+    complete_index: np.ndarray  # int64, -1 when the op never completed
+    process: np.ndarray  # int64
+    f: np.ndarray  # int16 into f_names
+    outcome: np.ndarray  # int8 into OUTCOMES
+    node: np.ndarray  # int16 into node_names, -1 unknown
+    error: np.ndarray  # int16 into error_names, -1 none
+    start_s: np.ndarray  # float64, invoke time since run start
+    latency_ms: np.ndarray  # float64
+    f_names: tuple[str, ...]
+    node_names: tuple[str, ...]
+    error_names: tuple[str, ...]
+    summary: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.invoke_index)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-node point observations over time (probe answers, offsets, safe-time lag...)."""
+
+    node: tuple[str, ...] = ()
+    time_s: tuple[float, ...] = ()
+    value: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunData:
+    run_dir: Path
+    run: Mapping[str, Any]
+    results: Mapping[str, Any] | None
+    event_count: int
+    end_s: float
+    ops: Ops
+    windows: tuple[NemesisWindow, ...]
+    nemesis_events: tuple[Mapping[str, Any], ...]
+    activations: tuple[Activation, ...]
+    probe_versions: Samples  # node's catalog_version answer at the probe ts
+    probe_authoritative: Samples  # cat(ts) for the same probes, NaN when unknown
+    op_version_skew: Samples  # op schema_version - tsv(t, op_ts), by primary
+    clock_offsets_s: Samples
+    safe_time_lag_ms: Samples
+    status_versions: Samples
+    ddl_time_s: tuple[float, ...]
+    ddl_latency_ms: tuple[float, ...]
+    ddl_kind: tuple[str, ...]
+    ddl_outcome: tuple[str, ...]
+    event_time_s: Mapping[int, float] = field(default_factory=dict)
+    witness_events: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def hlc_comparable(self) -> bool:
+        return self.run.get("clock", "hlc") != "none" and "start_wall_ms" in self.run
+
+    @property
+    def ddl_floor_ms(self) -> float | None:
+        cfg = self.run.get("config") or {}
+        dd, cs = cfg.get("delay_duration_ms"), cfg.get("max_clock_skew_ms")
+        if isinstance(dd, int | float) and isinstance(cs, int | float):
+            return float(dd + cs)
+        return None
+
+    def hlc_to_s(self, ts: int) -> float | None:
+        """HLC -> seconds since run start, through the controller's start wall clock."""
+        if not self.hlc_comparable:
+            return None
+        return ((ts >> 16) - int(self.run["start_wall_ms"])) / 1000.0
+
+
+def read_json(path: Path) -> Any:
+    with path.open(encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def witness_indices(results: Mapping[str, Any] | None) -> set[int]:
+    if not results:
+        return set()
+    out: set[int] = set()
+    for anomaly in results.get("anomalies") or []:
+        for idx in anomaly.get("events") or []:
+            if isinstance(idx, int):
+                out.add(idx)
+    return out
+
+
+class _Catalog:
+    """Authoritative floor lookups cat(ts) and tsv(t, ts) over catalog.jsonl."""
+
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        lines = sorted(lines, key=lambda c: int(c.get("catalog_version", 0)))
+        self.activation = [int(c.get("activation_ts", 0)) for c in lines]
+        self.version = [int(c.get("catalog_version", 0)) for c in lines]
+        self.tables: list[dict[str, int]] = [
+            {
+                name: int(t.get("schema_version", 0))
+                for name, t in (c.get("tables") or {}).items()
+                if isinstance(t, dict)
+            }
+            for c in lines
+        ]
+        self.lines = lines
+
+    def _pos(self, ts: int) -> int:
+        return bisect.bisect_right(self.activation, ts) - 1
+
+    def cat(self, ts: int) -> int | None:
+        pos = self._pos(ts)
+        return self.version[pos] if pos >= 0 else None
+
+    def tsv(self, table: str, ts: int) -> int | None:
+        pos = self._pos(ts)
+        return self.tables[pos].get(table) if pos >= 0 else None
+
+
+def _read_catalog(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break
+    return out
+
+
+def _offsets(value: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, float]:
+    """Per-node clock offsets (seconds) a clock nemesis recorded, in any of the usual shapes."""
+    known = set(nodes)
+    for key in OFFSET_KEYS:
+        got = value.get(key)
+        if isinstance(got, dict):
+            return {str(n): float(v) for n, v in got.items() if isinstance(v, int | float)}
+        if isinstance(got, int | float) and not isinstance(got, bool):
+            targets = value.get("nodes") or value.get("node") or []
+            if isinstance(targets, str):
+                targets = [targets]
+            return {str(n): float(got) for n in targets}
+    direct = {n: float(v) for n, v in value.items() if n in known and isinstance(v, int | float)}
+    return direct
+
+
+def _summary(f: str, value: Mapping[str, Any] | None) -> str:
+    if not value:
+        return ""
+    if f == "ddl":
+        return str(value.get("stmt", ""))[:120]
+    if f == "txn":
+        parts = []
+        for op in (value.get("ops") or [])[:6]:
+            if isinstance(op, dict):
+                parts.append(f"{op.get('op', '?')} {op.get('table', '?')}:{op.get('key', '?')}")
+        more = len(value.get("ops") or []) - len(parts)
+        return " ".join(parts) + (f" +{more}" if more > 0 else "")
+    if f == "probe":
+        return f"{value.get('table')} @ {value.get('ts')}"
+    if f == "final-read":
+        return str(value.get("index") or value.get("table") or "")
+    return ""
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        got = self.ids.get(name)
+        if got is None:
+            got = self.ids[name] = len(self.ids)
+        return got
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.ids)
+
+
+def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData:
+    """Read history.jsonl (a killed controller's prefix included), catalog.jsonl and run.json."""
+    run_dir = Path(run_dir)
+    run_path = run_dir / "run.json"
+    run: dict[str, Any] = read_json(run_path) if run_path.exists() else {}
+    if results is None and (run_dir / "results.json").exists():
+        results = read_json(run_dir / "results.json")
+    catalog = _Catalog(_read_catalog(run_dir / "catalog.jsonl"))
+    witnesses = witness_indices(results)
+    nodes = [str(n) for n in run.get("nodes") or []]
+    raw_start = run.get("start_wall_ms")
+    comparable = run.get("clock", "hlc") != "none" and isinstance(raw_start, int)
+    start_wall_ms: int = raw_start if isinstance(raw_start, int) else 0
+
+    def hlc_s(ts: Any) -> float | None:
+        if not comparable or not isinstance(ts, int):
+            return None
+        return ((ts >> 16) - start_wall_ms) / 1000.0
+
+    f_ids, node_ids, err_ids = _Interner(), _Interner(), _Interner()
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("inv", "cmp", "proc", "f", "out", "node", "err", "start", "lat", "sum")
+    }
+    pending: dict[Any, tuple[int, int, str, dict[str, Any]]] = {}
+    nemesis_events: list[dict[str, Any]] = []
+    open_windows: dict[str, list[dict[str, Any]]] = {}
+    closed: list[NemesisWindow] = []
+    probe_v: tuple[list[str], list[float], list[float]] = ([], [], [])
+    probe_a: tuple[list[str], list[float], list[float]] = ([], [], [])
+    skew: tuple[list[str], list[float], list[float]] = ([], [], [])
+    offs: tuple[list[str], list[float], list[float]] = ([], [], [])
+    lag: tuple[list[str], list[float], list[float]] = ([], [], [])
+    status_v: tuple[list[str], list[float], list[float]] = ([], [], [])
+    ddl_t: list[float] = []
+    ddl_l: list[float] = []
+    ddl_k: list[str] = []
+    ddl_o: list[str] = []
+    event_time: dict[int, float] = {}
+    witness_raw: dict[int, dict[str, Any]] = {}
+    count = 0
+    last_ns = 0
+    outcome_id = {name: i for i, name in enumerate(OUTCOMES)}
+
+    def add(sample: tuple[list[str], list[float], list[float]], n: str, t: float, v: float):
+        sample[0].append(n)
+        sample[1].append(t)
+        sample[2].append(v)
+
+    def status_sample(node: Any, t: float, value: Mapping[str, Any]) -> None:
+        if not isinstance(node, str):
+            return
+        safe, now = value.get("safe_ts"), value.get("hlc_now")
+        if isinstance(safe, int) and isinstance(now, int):
+            add(lag, node, t, float((now >> 16) - (safe >> 16)))
+        cv = value.get("catalog_version")
+        if isinstance(cv, int):
+            add(status_v, node, t, float(cv))
+        wall, hlc_now = value.get("wall_ms"), value.get("hlc_now")
+        if isinstance(wall, int) and comparable:
+            # The node's faked wall clock against the controller's: a measured clock offset.
+            sent = start_wall_ms + t * 1000.0
+            add(offs, node, t, (wall - sent) / 1000.0)
+        elif isinstance(hlc_now, int) and comparable:
+            add(offs, node, t, ((hlc_now >> 16) - start_wall_ms - t * 1000.0) / 1000.0)
+
+    history = run_dir / "history.jsonl"
+    fh = history.open(encoding="utf-8") if history.exists() else None
+    try:
+        for line in fh or ():
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a torn last line of a killed controller
+            count += 1
+            idx = ev.get("index", count - 1)
+            t_ns = ev.get("time", last_ns)
+            last_ns = t_ns
+            t = t_ns / 1e9
+            if idx in witnesses:
+                witness_raw[idx] = ev
+                event_time[idx] = t
+            proc = ev.get("process")
+            typ = ev.get("type")
+            f = ev.get("f", "")
+            value = ev.get("value") or {}
+            if proc == "nemesis":
+                nemesis_events.append(
+                    {"index": idx, "time_s": t, "f": f, "value": value, "type": typ}
+                )
+                if f.startswith("start-"):
+                    kind = f[len("start-") :]
+                    open_windows.setdefault(kind, []).append({"t": t, "i": idx, "v": value})
+                elif f in CLOSE_ALL:
+                    for kind, stack in open_windows.items():
+                        for w in stack:
+                            closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
+                    open_windows.clear()
+                elif f.startswith(CLOSING_PREFIXES):
+                    kind = f.split("-", 1)[1]
+                    waiting = open_windows.get(kind)
+                    if waiting:
+                        w = waiting.pop(0)
+                        closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
+                if isinstance(value, dict):
+                    for node, off in _offsets(value, nodes).items():
+                        add(offs, node, t, off)
+                    for sample in value.get("status") or []:
+                        if isinstance(sample, dict):
+                            status_sample(sample.get("node"), t, sample)
+                continue
+            if typ == "invoke":
+                pending[proc] = (idx, t_ns, f, value)
+                continue
+            inv = pending.pop(proc, None)
+            if inv is None:
+                continue
+            inv_idx, inv_ns, inv_f, inv_value = inv
+            node = ev.get("node")
+            err = ev.get("error") or {}
+            lat_ms = (t_ns - inv_ns) / 1e6
+            start = inv_ns / 1e9
+            cols["inv"].append(inv_idx)
+            cols["cmp"].append(idx)
+            cols["proc"].append(proc if isinstance(proc, int) else -1)
+            cols["f"].append(f_ids(inv_f))
+            cols["out"].append(outcome_id.get(typ, 2))
+            cols["node"].append(node_ids(node if isinstance(node, str) else None))
+            code = err.get("code") if isinstance(err, dict) else None
+            cols["err"].append(err_ids(code if isinstance(code, str) else None))
+            cols["start"].append(start)
+            cols["lat"].append(lat_ms)
+            cols["sum"].append(_summary(inv_f, inv_value))
+            if inv_idx in witnesses:
+                event_time[inv_idx] = start
+            if not isinstance(value, dict):
+                continue
+            if inv_f == "ddl":
+                ddl_t.append(start)
+                ddl_l.append(lat_ms)
+                ddl_k.append(str(inv_value.get("kind", "?")))
+                ddl_o.append(typ)
+            elif inv_f == "probe" and typ == "ok" and isinstance(node, str):
+                ts, cv = value.get("ts"), value.get("catalog_version")
+                ts_s = hlc_s(ts)
+                x = ts_s if ts_s is not None else t
+                if isinstance(cv, int):
+                    add(probe_v, node, x, float(cv))
+                    want = catalog.cat(ts) if isinstance(ts, int) else None
+                    add(probe_a, node, x, float(want) if want is not None else float("nan"))
+            elif inv_f == "txn":
+                for op in value.get("ops") or []:
+                    if not isinstance(op, dict):
+                        continue
+                    op_ts, sv, tbl = op.get("op_ts"), op.get("schema_version"), op.get("table")
+                    if not (isinstance(op_ts, int) and isinstance(sv, int)):
+                        continue
+                    want = catalog.tsv(str(tbl), op_ts)
+                    if want is None:
+                        continue
+                    x = hlc_s(op_ts)
+                    add(skew, str(op.get("node") or node), x if x is not None else t, sv - want)
+            elif inv_f == "status" and typ == "ok":
+                status_sample(node or value.get("node"), t, value)
+    finally:
+        if fh is not None:
+            fh.close()
+    end_s = last_ns / 1e9
+    for proc, (inv_idx, inv_ns, inv_f, inv_value) in pending.items():
+        cols["inv"].append(inv_idx)
+        cols["cmp"].append(-1)
+        cols["proc"].append(proc if isinstance(proc, int) else -1)
+        cols["f"].append(f_ids(inv_f))
+        cols["out"].append(outcome_id["pending"])
+        cols["node"].append(-1)
+        cols["err"].append(-1)
+        cols["start"].append(inv_ns / 1e9)
+        cols["lat"].append(max(0.0, (last_ns - inv_ns) / 1e6))
+        cols["sum"].append(_summary(inv_f, inv_value))
+    for kind, stack in open_windows.items():
+        for w in stack:
+            closed.append(NemesisWindow(kind, w["t"], end_s, w["i"], None, w["v"]))
+    order = np.argsort(np.asarray(cols["inv"], dtype=np.int64), kind="stable")
+    ops = Ops(
+        invoke_index=np.asarray(cols["inv"], dtype=np.int64)[order],
+        complete_index=np.asarray(cols["cmp"], dtype=np.int64)[order],
+        process=np.asarray(cols["proc"], dtype=np.int64)[order],
+        f=np.asarray(cols["f"], dtype=np.int16)[order],
+        outcome=np.asarray(cols["out"], dtype=np.int8)[order],
+        node=np.asarray(cols["node"], dtype=np.int16)[order],
+        error=np.asarray(cols["err"], dtype=np.int16)[order],
+        start_s=np.asarray(cols["start"], dtype=np.float64)[order],
+        latency_ms=np.asarray(cols["lat"], dtype=np.float64)[order],
+        f_names=f_ids.names(),
+        node_names=node_ids.names(),
+        error_names=err_ids.names(),
+        summary=tuple(cols["sum"][i] for i in order),
+    )
+    activations = tuple(
+        Activation(
+            catalog_version=int(c.get("catalog_version", 0)),
+            activation_ts=int(c.get("activation_ts", 0)),
+            time_s=hlc_s(int(c.get("activation_ts", 0))),
+            ddl=str(c.get("ddl", "")),
+        )
+        for c in catalog.lines
+        if int(c.get("catalog_version", 0)) > 1
+    )
+    return RunData(
+        run_dir=run_dir,
+        run=run,
+        results=results,
+        event_count=count,
+        end_s=end_s,
+        ops=ops,
+        windows=tuple(sorted(closed, key=lambda w: w.start_s)),
+        nemesis_events=tuple(nemesis_events),
+        activations=activations,
+        probe_versions=Samples(tuple(probe_v[0]), tuple(probe_v[1]), tuple(probe_v[2])),
+        probe_authoritative=Samples(tuple(probe_a[0]), tuple(probe_a[1]), tuple(probe_a[2])),
+        op_version_skew=Samples(tuple(skew[0]), tuple(skew[1]), tuple(skew[2])),
+        clock_offsets_s=Samples(tuple(offs[0]), tuple(offs[1]), tuple(offs[2])),
+        safe_time_lag_ms=Samples(tuple(lag[0]), tuple(lag[1]), tuple(lag[2])),
+        status_versions=Samples(tuple(status_v[0]), tuple(status_v[1]), tuple(status_v[2])),
+        ddl_time_s=tuple(ddl_t),
+        ddl_latency_ms=tuple(ddl_l),
+        ddl_kind=tuple(ddl_k),
+        ddl_outcome=tuple(ddl_o),
+        event_time_s=event_time,
+        witness_events=witness_raw,
+    )

@@ -1,0 +1,281 @@
+"""`schemachaos serve`: browse the store of runs over HTTP (127.0.0.1 by default).
+
+The index lists runs newest first, coloured by verdict; every file of a run is viewable and a run
+downloads as a zip. Nothing outside the store is ever served: paths are resolved (symlinks
+included) and refused unless they stay under the store root.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import mimetypes
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from reports.html import verdict_of
+
+RUN_MARKERS = ("run.json", "history.jsonl")
+MAX_DEPTH = 5
+TEXT_SUFFIXES = {".jsonl", ".log", ".toml", ".txt", ".md", ".out", ".err", ".csv"}
+COLOURS = {"valid": "#e3f4e1", "invalid": "#fbe3e1", "unknown": "#fff3d6"}
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run directory of the store as the index lists it."""
+
+    rel: str  # posix path under the store
+    test: str
+    seed: Any
+    started: float  # epoch seconds (run.json start_wall_ms, else the directory mtime)
+    verdict_class: str
+    verdict_text: str
+    anomalies: int
+    has_report: bool
+
+
+def _load(path: Path) -> Any:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def find_runs(store: Path) -> list[RunEntry]:
+    """Every run directory under the store (not following symlinks), newest first."""
+    root = store.resolve()
+    out: list[RunEntry] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        depth = len(here.relative_to(root).parts)
+        if depth >= MAX_DEPTH:
+            dirnames[:] = []
+        if not any(m in filenames for m in RUN_MARKERS):
+            continue
+        dirnames[:] = []  # a run directory's subdirectories (plots/, logs/) are not runs
+        run = _load(here / "run.json") or {}
+        results = _load(here / "results.json")
+        cls, text = verdict_of(results if isinstance(results, dict) else None)
+        start = run.get("start_wall_ms")
+        started = start / 1000.0 if isinstance(start, int | float) else here.stat().st_mtime
+        anomalies = len((results or {}).get("anomalies") or []) if isinstance(results, dict) else 0
+        out.append(
+            RunEntry(
+                rel=here.relative_to(root).as_posix(),
+                test=str(run.get("test") or here.name),
+                seed=run.get("seed", ""),
+                started=started,
+                verdict_class=cls,
+                verdict_text=text,
+                anomalies=anomalies,
+                has_report=(here / "report.html").exists(),
+            )
+        )
+    out.sort(key=lambda r: (r.started, r.rel), reverse=True)
+    return out
+
+
+def resolve_in_store(root: Path, rel: str) -> Path | None:
+    """The file or directory `rel` names under root, or None if it would leave the store."""
+    if "\x00" in rel or "\\" in rel or rel.startswith("/"):
+        return None
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return None
+    candidate = root.joinpath(*parts).resolve()
+    if candidate != root and not candidate.is_relative_to(root):
+        return None
+    return candidate
+
+
+def _page(title: str, body: str) -> bytes:
+    style = (
+        "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1f}"
+        "table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:4px 8px;"
+        "text-align:left}th{background:#f1f1f1}a{color:#0b57d0}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    ).encode()
+
+
+def index_page(store: Path) -> bytes:
+    rows = []
+    for r in find_runs(store):
+        link = quote(r.rel)
+        when = datetime.fromtimestamp(r.started, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        report = f"<a href='/files/{link}/report.html'>report</a> · " if r.has_report else ""
+        rows.append(
+            f"<tr class='run {r.verdict_class}' style='background:{COLOURS[r.verdict_class]}'>"
+            f"<td>{when}</td><td>{html.escape(r.test)}</td><td>{html.escape(str(r.seed))}</td>"
+            f"<td>{html.escape(r.verdict_text)}</td><td>{report}"
+            f"<a href='/files/{link}/'>files</a> · <a href='/zip/{link}'>zip</a></td>"
+            f"<td><code>{html.escape(r.rel)}</code></td></tr>"
+        )
+    summaries = sorted((store.resolve() / "nightly").glob("*/summary.html"), reverse=True)
+    nightly = "".join(
+        f"<li><a href='/files/nightly/{quote(p.parent.name)}/summary.html'>"
+        f"{html.escape(p.parent.name)}</a></li>"
+        for p in summaries
+        if not p.is_symlink()
+    )
+    body = (
+        "<table id='runs'><thead><tr><th>started (UTC)</th><th>test</th><th>seed</th>"
+        "<th>verdict</th><th>view</th><th>directory</th></tr></thead><tbody>"
+        + ("".join(rows) or "<tr><td colspan='6'>no run in the store yet</td></tr>")
+        + "</tbody></table>"
+        + (f"<h2>Nightly summaries</h2><ul>{nightly}</ul>" if nightly else "")
+    )
+    return _page(f"schemachaos store: {store}", body)
+
+
+def _listing(root: Path, directory: Path) -> bytes:
+    rel = directory.relative_to(root).as_posix()
+    items = []
+    for child in sorted(directory.iterdir()):
+        name = child.name + ("/" if child.is_dir() else "")
+        size = "" if child.is_dir() else f"{child.stat().st_size:,} B" if child.exists() else ""
+        items.append(
+            f"<tr><td><a href='{quote(name)}'>{html.escape(name)}</a></td><td>{size}</td></tr>"
+        )
+    up = "<p><a href='/'>all runs</a>" + (
+        f" · <a href='/zip/{quote(rel)}'>download as zip</a></p>" if rel != "." else "</p>"
+    )
+    return _page(f"/{rel}", up + "<table>" + "".join(items) + "</table>")
+
+
+def _zip_directory(root: Path, directory: Path, out: Any) -> None:
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for dirpath, dirnames, filenames in os.walk(directory):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                real = path.resolve()
+                if not real.is_relative_to(root) or not real.is_file():
+                    continue  # a symlink out of the store is not followed
+                zf.write(real, Path(directory.name) / path.relative_to(directory))
+
+
+class StoreHandler(BaseHTTPRequestHandler):
+    """GET / (runs), /files/<path> (a file or a listing), /zip/<run> (a run as a zip)."""
+
+    server: StoreServer
+    server_version = "schemachaos-serve"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _refuse(self) -> None:
+        self._send(HTTPStatus.FORBIDDEN, _page("403 outside the store", "<p>Refused.</p>"))
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        root = self.server.root
+        raw = urlsplit(self.path).path
+        if raw in ("/", "/index.html"):
+            self._send(HTTPStatus.OK, index_page(root))
+            return
+        for prefix, handler in (("/files/", self._file), ("/zip/", self._zip)):
+            if raw.startswith(prefix) or raw == prefix.rstrip("/"):
+                rel = unquote(raw[len(prefix) :])
+                target = resolve_in_store(root, rel)
+                if target is None:
+                    self._refuse()
+                elif not target.exists():
+                    self._send(HTTPStatus.NOT_FOUND, _page("404 not found", ""))
+                else:
+                    handler(target, raw)
+                return
+        self._send(HTTPStatus.NOT_FOUND, _page("404 not found", ""))
+
+    def _file(self, target: Path, raw: str) -> None:
+        if target.is_dir():
+            if not raw.endswith("/"):
+                self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+                self.send_header("Location", raw + "/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self._send(HTTPStatus.OK, _listing(self.server.root, target))
+            return
+        ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        if target.suffix in TEXT_SUFFIXES or ctype.startswith("text/") or ctype.endswith("json"):
+            ctype = ("text/html" if target.suffix == ".html" else "text/plain") + "; charset=utf-8"
+        size = target.stat().st_size
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(size))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        if self.command != "HEAD":
+            with target.open("rb") as fh:
+                shutil.copyfileobj(fh, self.wfile)
+
+    def _zip(self, target: Path, raw: str) -> None:
+        if not target.is_dir() or target == self.server.root:
+            self._send(HTTPStatus.BAD_REQUEST, _page("400 not a run directory", ""))
+            return
+        with tempfile.TemporaryFile() as tmp:
+            _zip_directory(self.server.root, target, tmp)
+            size = tmp.tell()
+            tmp.seek(0)
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "application/zip")
+            self.send_header("Content-Length", str(size))
+            self.send_header(
+                "Content-Disposition", f'attachment; filename="{quote(target.name)}.zip"'
+            )
+            self.end_headers()
+            if self.command != "HEAD":
+                shutil.copyfileobj(tmp, self.wfile)
+
+
+class StoreServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, store: Path, host: str, port: int, verbose: bool = False) -> None:
+        self.root = Path(store).resolve()
+        self.verbose = verbose
+        super().__init__((host, port), StoreHandler)
+
+
+def make_server(store: Path, host: str = "127.0.0.1", port: int = 0) -> StoreServer:
+    """A server bound but not yet serving; port 0 picks a free port (server.server_port)."""
+    return StoreServer(store, host, port)
+
+
+def serve(store: Path, host: str = "127.0.0.1", port: int = 8080, verbose: bool = True) -> None:
+    """Serve the store until interrupted (the `schemachaos serve` command)."""
+    server = StoreServer(store, host, port, verbose)
+    print(f"serving {server.root} on http://{host}:{server.server_port}/", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

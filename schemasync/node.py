@@ -1,0 +1,291 @@
+"""A schemasync node process: HLC, Meta Storage replica, schema sync, probes, admin.
+
+``python -m schemasync.node --config FILE``. Three TCP ports (client, metastore, peer); client
+and peer requests are dispatched by type prefix, so the txn layer plugs in with
+``register_client_handler`` / ``register_peer_handler`` and the ``NodeContext``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schemasync import errors
+from schemasync.admin import Admin
+from schemasync.catalog import CatalogHistory
+from schemasync.config import ConfigError, NodeConfig, load_config
+from schemasync.errors import SchemaSyncError
+from schemasync.hlc import HybridClock
+from schemasync.metastore import MetaStorage
+from schemasync.probe import handle_probe, handle_schema_get
+from schemasync.schema_sync import SchemaSync
+from schemasync.toggles import NO_ACK_WAIT
+from schemasync.wire import PeerClient, serve_connection
+
+log = logging.getLogger("schemasync.node")
+
+RequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+ADMIN_TYPES = ("admin.status", "admin.catalog_log", "admin.inhibit_apply", "admin.set_delay")
+
+
+@dataclass
+class NodeContext:
+    """What the core gives the txn layer (docs/interfaces.md)."""
+
+    name: str
+    config: NodeConfig
+    toggles: frozenset[str]
+    data_dir: Path
+    hlc: HybridClock
+    schema_sync: SchemaSync
+    metastore: MetaStorage
+    peers: PeerClient
+    task_group: asyncio.TaskGroup
+
+    @property
+    def catalogs(self) -> CatalogHistory:
+        """The locally applied catalog versions (replaced wholesale by a snapshot install)."""
+        return self.metastore.catalogs
+
+
+class _Shutdown(Exception):
+    """Raised inside the node's TaskGroup to end it on SIGTERM/SIGINT."""
+
+
+class Node:
+    """One node: owns the servers, the Meta Storage replica and every background task."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.hlc = HybridClock(config.max_clock_skew_ms)
+        self._raft_peers = PeerClient(
+            {n: (a.host, a.metastore_port) for n, a in config.nodes.items()},
+            self.hlc.now,
+            self.hlc.update,
+        )
+        self.peers = PeerClient(
+            {n: (a.host, a.peer_port) for n, a in config.nodes.items()},
+            self.hlc.now,
+            self.hlc.update,
+        )
+        self.metastore = MetaStorage(config, self.hlc, self._raft_peers.call)
+        self.schema_sync = SchemaSync(
+            self.hlc,
+            self.metastore.safe_time,
+            lambda: self.metastore.catalogs,
+            self.metastore.delay_ms,
+            config.max_clock_skew_ms,
+            config.toggles,
+        )
+        self.admin = Admin(self.name, self.hlc, self.metastore, self.schema_sync)
+        self._client_handlers: dict[str, RequestHandler] = {}
+        self._peer_handlers: dict[str, RequestHandler] = {}
+        self.request_timeout_s = config.request_timeout_ms / 1000
+        self.register_client_handler("ddl", self._handle_ddl)
+        self.register_client_handler(
+            "probe", lambda b: handle_probe(b, self.hlc, self.schema_sync, self.request_timeout_s)
+        )
+        self.register_client_handler("schema.", self._handle_schema)
+        for admin_type in ADMIN_TYPES:
+            self.register_client_handler(admin_type, self._admin_handler(admin_type))
+        self.context: NodeContext | None = None
+
+    # ---- plug-in points ------------------------------------------------------------------
+
+    def register_client_handler(self, prefix: str, handler: RequestHandler) -> None:
+        """Route client-port requests whose type starts with ``prefix`` to ``handler``."""
+        self._client_handlers[prefix] = handler
+
+    def register_peer_handler(self, prefix: str, handler: RequestHandler) -> None:
+        """Route peer-port requests whose type starts with ``prefix`` to ``handler``."""
+        self._peer_handlers[prefix] = handler
+
+    @staticmethod
+    def _route(handlers: dict[str, RequestHandler], req_type: str) -> RequestHandler:
+        best = max((p for p in handlers if req_type.startswith(p)), key=len, default=None)
+        if best is None:
+            raise errors.invalid_request(f"unknown request type {req_type!r}")
+        return handlers[best]
+
+    async def _dispatch_client(self, req_type: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._route(self._client_handlers, req_type)(body)
+
+    async def _dispatch_peer(self, req_type: str, body: dict[str, Any]) -> dict[str, Any]:
+        if req_type.startswith("raft."):
+            # Raft traffic belongs to the metastore port only.
+            raise errors.invalid_request("raft requests go to the metastore port")
+        return await self._route(self._peer_handlers, req_type)(body)
+
+    # ---- core handlers --------------------------------------------------------------------
+
+    async def _handle_ddl(self, body: dict[str, Any]) -> dict[str, Any]:
+        stmt = body.get("stmt")
+        if not isinstance(stmt, str) or not stmt.strip():
+            raise errors.invalid_request("ddl needs {stmt: str}")
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                if NO_ACK_WAIT in self.config.toggles:
+                    outcome = await self.metastore.propose_ddl_outcome(stmt)
+                    return {
+                        "catalog_version": outcome.catalog_version,
+                        "activation_ts": outcome.activation_ts,
+                    }
+                cat = await self.metastore.propose_ddl(stmt)
+                await self.schema_sync.wait_ddl_ack(cat.activation_ts)
+        except TimeoutError:
+            raise SchemaSyncError(
+                errors.TIMEOUT,
+                f"DDL not acknowledged within {self.request_timeout_s:.1f}s (outcome unknown)",
+                True,
+            ) from None
+        return {"catalog_version": cat.version, "activation_ts": cat.activation_ts}
+
+    async def _handle_schema(self, body: dict[str, Any]) -> dict[str, Any]:
+        return handle_schema_get(body, self.schema_sync)
+
+    def _admin_handler(self, req_type: str) -> RequestHandler:
+        async def handler(body: dict[str, Any]) -> dict[str, Any]:
+            return await self.admin.handle(req_type, body)
+
+        return handler
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+
+        async def stop_on_signal() -> None:
+            await stop.wait()
+            log.info("node %s: shutting down", self.name)
+            raise _Shutdown
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self.context = NodeContext(
+                    name=self.name,
+                    config=self.config,
+                    toggles=self.config.toggles,
+                    data_dir=self.config.data_dir,
+                    hlc=self.hlc,
+                    schema_sync=self.schema_sync,
+                    metastore=self.metastore,
+                    peers=self.peers,
+                    task_group=tg,
+                )
+                self._install_txn_service(self.context)
+                servers = await self._start_servers()
+                tg.create_task(self.metastore.run())
+                tg.create_task(self._announce_ready())
+                tg.create_task(stop_on_signal())
+                for server in servers:
+                    tg.create_task(server.serve_forever())
+        except* _Shutdown:
+            pass
+        finally:
+            self._raft_peers.close()
+            self.peers.close()
+
+    def _install_txn_service(self, ctx: NodeContext) -> None:
+        if importlib.util.find_spec("schemasync.txn_service") is None:
+            log.info("node %s: no txn service installed", self.name)
+            return
+        txn_service = importlib.import_module("schemasync.txn_service")
+        txn_service.install(ctx, self)
+
+    async def _start_servers(self) -> list[asyncio.Server]:
+        me = self.config.me
+        ports: list[tuple[str, int, Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]]]
+        ports = [
+            ("client", me.client_port, self._dispatch_client),
+            ("metastore", me.metastore_port, self.metastore.raft.handle),
+            ("peer", me.peer_port, self._dispatch_peer),
+        ]
+        servers = []
+        for port_name, port, handler in ports:
+
+            async def on_connect(
+                reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter,
+                handler: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] = handler,
+                port_name: str = port_name,
+            ) -> None:
+                await serve_connection(
+                    reader, writer, handler, self.hlc.now, self.hlc.update, port_name
+                )
+
+            server = await asyncio.start_server(
+                on_connect, me.bind, port, limit=16 * 1024 * 1024 + 8, reuse_address=True
+            )
+            log.info("node %s: %s port listening on %s:%d", self.name, port_name, me.bind, port)
+            servers.append(server)
+        return servers
+
+    async def _announce_ready(self) -> None:
+        raft = self.metastore.raft
+        while raft.leader is None or raft.applied_index < 1:
+            await asyncio.sleep(0.02)
+        log.info(
+            "ready: node %s, leader %s, term %d, applied %d, catalog version %d",
+            self.name,
+            raft.leader,
+            raft.term,
+            raft.applied_index,
+            self.metastore.catalogs.latest().version,
+        )
+
+
+def _setup_logging(config: NodeConfig) -> None:
+    handler: logging.Handler
+    if config.log_file is not None:
+        config.log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(config.log_file)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s {config.name} %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m schemasync.node")
+    parser.add_argument("--config", required=True, help="the node's TOML file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"config error: {args.config}: data_dir: {e}", file=sys.stderr)
+        return 2
+    _setup_logging(config)
+    log.info("node %s starting (toggles: %s)", config.name, sorted(config.toggles) or "none")
+    try:
+        asyncio.run(Node(config).run())
+    except (OSError, ExceptionGroup) as e:
+        log.error("node %s: stopped by an error: %s", config.name, e, exc_info=e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""report.html opened in headless Chromium (Debian's chromium + chromedriver, via selenium)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reports.plots import PLOTS
+from reports.render import render_report
+from tests.conftest import require
+from tests.test_reports_fixture import write_anomalous_run
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    require(
+        Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(),
+        "Debian chromium and chromium-driver are not installed",
+    )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    options.add_argument("--disable-dev-shm-usage")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, script: str, timeout: float = 20.0) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script))
+
+
+def test_report_in_chromium(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    fx = write_anomalous_run(tmp_path / "run")
+    report = render_report(fx.run_dir)
+    browser.get(report.resolve().as_uri())
+    verdict = browser.find_element(By.ID, "verdict")
+    assert "invalid" in (verdict.get_attribute("class") or "")
+    assert verdict.text.startswith("INVALID: 2 anomalies")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#anomaly-table tbody tr")
+    assert [r.find_element(By.CSS_SELECTOR, ".cls").text for r in rows] == [
+        "ap-violation",
+        "stale-schema-read",
+    ]
+    # every plot is present and its image decoded
+    for name, _, _ in PLOTS:
+        img = browser.find_element(By.CSS_SELECTOR, f"#plot-{name} img")
+        width = browser.execute_script(
+            "return arguments[0].complete && arguments[0].naturalWidth", img
+        )
+        assert width and width > 300, name
+    # the timeline view loads and pages the ops
+    _wait(browser, "return document.getElementById('timeline').dataset.ready === '1'")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tl-body tr")) == 100
+    invokes = sum(1 for e in fx.events if e["type"] == "invoke")
+    shown = browser.find_element(By.ID, "tl-page").text
+    assert f"{invokes} of {invokes} ops shown" in shown
+    # a witness link jumps to its op in the timeline and shows the raw event
+    witness = fx.ap_events[1]
+    browser.find_element(By.CSS_SELECTOR, f'#anomaly-table a.ev[data-ev="{witness}"]').click()
+    focus = browser.find_element(By.CSS_SELECTOR, "#tl-body tr.focus")
+    assert focus.find_element(By.CSS_SELECTOR, "td").text.endswith(str(witness))
+    assert '"catalog_version": 2' in browser.find_element(By.ID, "tl-detail").text
+    # the filters narrow the table: only failed ops
+    browser.find_element(By.CSS_SELECTOR, "#tl-out option[value='1']").click()
+    outcomes = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "#tl-body td.out")}
+    assert outcomes == {"fail"}
+    # nothing failed in the console (no blocked fetch, no script error)
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.execute_script("window.scrollTo(0, 0)")
+    assert browser.save_screenshot(str(ARTIFACTS / "report-top.png"))
+    browser.execute_script("document.getElementById('timeline').scrollIntoView()")
+    assert browser.save_screenshot(str(ARTIFACTS / "report-timeline.png"))
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1400, min(int(height), 9000))
+    assert browser.save_screenshot(str(ARTIFACTS / "report.png"))
+    shutil.copy(report, ARTIFACTS / "report.html")

@@ -1,0 +1,152 @@
+"""Plots, report.html and junit.xml from hand-written run directories (no checker needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from reports.html import build_report_html
+from reports.junit import ANOMALY_CLASSES, junit_tree
+from reports.plots import PLOTS, render_plots
+from reports.render import render_report
+from reports.rundata import load_run
+from tests.conftest import require
+from tests.test_reports_fixture import (
+    Fixture,
+    write_anomalous_run,
+    write_results,
+    write_unknown_run,
+)
+
+PLOT_NAMES = [name for name, _, _ in PLOTS]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    """The learner-partition run, reported once for the tests that only read the output."""
+    fx = write_anomalous_run(tmp_path_factory.mktemp("reports") / "run")
+    assert render_report(fx.run_dir) == fx.run_dir / "report.html"
+    return fx
+
+
+def test_every_plot_renders_png_and_svg(tmp_path: Path) -> None:
+    fx = write_anomalous_run(tmp_path / "run")
+    data = load_run(fx.run_dir)
+    files = render_plots(data, tmp_path / "plots")
+    assert [f.name for f in files] == PLOT_NAMES
+    assert len(PLOT_NAMES) == 7
+    for f in files:
+        assert f.png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f.name
+        assert f.png.stat().st_size > 10_000, f"{f.name} looks empty"
+        root = ET.parse(f.svg).getroot()
+        assert root.tag.endswith("svg"), f.name
+    # the shaded windows and activations are in every time-axis plot: their legend says so
+    for name in PLOT_NAMES:
+        svg = (tmp_path / "plots" / f"{name}.svg").read_text()
+        assert "nemesis: partition" in svg and "nemesis: clock-skew" in svg, name
+        assert "DDL activation" in svg, name
+
+
+def test_report_page_has_verdict_anomalies_plots_and_repro(rendered: Fixture) -> None:
+    fx = rendered
+    page = (fx.run_dir / "report.html").read_text()
+    assert "INVALID: 2 anomalies" in page
+    assert page.count('class="anomaly"') == 2
+    assert f'href="#ev-{fx.ap_events[0]}"' in page
+    for name in PLOT_NAMES:
+        assert f'id="plot-{name}"' in page
+        assert (fx.run_dir / "plots" / f"{name}.svg").exists()
+    assert page.count("data:image/png;base64,") == len(PLOT_NAMES)
+    assert f"schemachaos repro {fx.run_dir.resolve()}" in page
+    assert "start-clock-skew" in page and "no-safe-time-wait" in page
+    # self-contained: no URL the browser would fetch
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    payload = re.search(r'<script type="application/json" id="ops-data">(.*?)</script>', page, re.S)
+    assert payload is not None
+    ops = json.loads(payload.group(1))
+    assert ops["total_ops"] == len(ops["inv"]) and not ops["sampled"]
+    assert str(fx.ap_events[0]) in ops["witness"]
+
+
+def test_timeline_downsamples_but_keeps_failures_and_witnesses(tmp_path: Path) -> None:
+    fx = write_anomalous_run(tmp_path / "run")
+    data = load_run(fx.run_dir)
+    page = build_report_html(data, [], "schemachaos repro x", max_ops=40)
+    payload = re.search(r'id="ops-data">(.*?)</script>', page, re.S)
+    assert payload is not None
+    ops = json.loads(payload.group(1))
+    assert ops["sampled"] and len(ops["inv"]) < ops["total_ops"]
+    assert sum(1 for o in ops["out"] if o != 0) == int((data.ops.outcome != 0).sum())
+    shown = set(ops["inv"]) | set(ops["cmp"])
+    assert set(fx.ap_events[:2]) <= shown and set(fx.stale_events[:2]) <= shown
+    assert ops["inv"] == sorted(ops["inv"])
+
+
+def test_junit_has_one_failure_per_found_class(rendered: Fixture) -> None:
+    fx = rendered
+    root = ET.parse(fx.run_dir / "junit.xml").getroot()
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == list(ANOMALY_CLASSES)
+    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert set(failed) == {"ap-violation", "stale-schema-read"}
+    ap = failed["ap-violation"]
+    assert ap is not None and "authoritative catalog is version 3" in (ap.text or "")
+    assert str(fx.ap_events[0]) in (ap.text or "")
+    skipped = {c.get("name") for c in cases if c.find("skipped") is not None}
+    assert skipped == {"index-missing", "index-orphan"}
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("11", "2", "0")
+
+
+def test_junit_valid_run_passes_and_unknown_run_errors(tmp_path: Path) -> None:
+    run = {"test": "t", "seed": 1}
+    valid = junit_tree({"valid": True, "anomalies": []}, run).getroot()
+    assert valid is not None
+    assert valid.get("failures") == "0" and valid.get("errors") == "0"
+    assert not valid.findall(".//failure") and not valid.findall(".//error")
+    write_unknown_run(tmp_path / "unknown")
+    render_report(tmp_path / "unknown")
+    root = ET.parse(tmp_path / "unknown" / "junit.xml").getroot()
+    assert root is not None
+    errors = root.findall(".//error")
+    assert len(errors) == 1 and "did not become ready" in (errors[0].text or "")
+    assert root.get("errors") == "1" and root.get("failures") == "0"
+    page = (tmp_path / "unknown" / "report.html").read_text()
+    assert "UNKNOWN" in page and "did not become ready" in page
+
+
+def test_unmatched_class_and_missing_files_still_render(tmp_path: Path) -> None:
+    fx = write_anomalous_run(tmp_path / "run", results=False)
+    (fx.run_dir / "catalog.jsonl").unlink()
+    write_results(
+        fx.run_dir,
+        {
+            "valid": False,
+            "anomalies": [
+                {"class": "future-class", "events": [3], "nodes": [], "explanation": "x"}
+            ],
+            "not_applicable": [],
+            "stats": {},
+            "errors": [],
+        },
+    )
+    render_report(fx.run_dir)
+    names = [c.get("name") for c in ET.parse(fx.run_dir / "junit.xml").getroot().iter("testcase")]
+    assert names[-1] == "future-class"
+    assert len(list((fx.run_dir / "plots").glob("*.png"))) == len(PLOT_NAMES)
+
+
+@pytest.mark.spark
+def test_render_analyzes_a_run_without_results(tmp_path: Path) -> None:
+    require(importlib.util.find_spec("checker.analyze") is not None, "checker.analyze missing")
+    fx = write_anomalous_run(tmp_path / "run", results=False)
+    report = render_report(fx.run_dir)
+    results = json.loads((fx.run_dir / "results.json").read_text())
+    assert results["valid"] in (True, False, "unknown")
+    assert report.exists() and (fx.run_dir / "junit.xml").exists()

@@ -1,0 +1,128 @@
+"""Final reads: after the last heal, every table and every index read whole at one timestamp.
+
+Lost writes, index-missing and index-orphan are judged against these reads, so they must see
+every acknowledged write: they are taken on a node that answers, at one ts after every
+timestamp any acknowledged op reported (and after that node's own now), and recorded as
+`final-read` events like any other op (a read that fails is recorded too, then tried on the
+next node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from harness.target import ClientError, TargetClient
+from workloads.history import HistoryRecorder
+from workloads.runner import CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, DEFAULT_OP_TIMEOUTS_S
+
+log = logging.getLogger(__name__)
+
+STATUS_TIMEOUT_S = 5.0
+FINAL_F = "final-read"
+
+
+def tables_and_indexes(catalog_line: Mapping[str, Any]) -> list[dict]:
+    """What to read, from the newest catalog.jsonl line: `{"table"}` per table and
+    `{"table", "index"}` per index (every state: an orphan can hide in any of them)."""
+    out: list[dict] = []
+    for name, table in sorted((catalog_line.get("tables") or {}).items()):
+        out.append({"table": name})
+        for index in table.get("indexes") or ():
+            out.append({"table": name, "index": index["name"]})
+    return out
+
+
+async def final_reads(
+    open_client: Callable[[str], Awaitable[TargetClient]],
+    nodes: Sequence[str],
+    recorder: HistoryRecorder,
+    tables_and_indexes: list[dict],
+    *,
+    timeout_s: float = DEFAULT_OP_TIMEOUTS_S[FINAL_F],
+) -> None:
+    """Read everything at one ts on the first healthy node; a read that fails on a node is
+    retried on the next one. Each attempt is an invoke and a completion in the history."""
+    process = recorder.max_process + 1
+    pending = list(tables_and_indexes)
+    total = len(pending)
+    for node in nodes:
+        if not pending:
+            return
+        client = await _open(open_client, node)
+        if client is None:
+            continue
+        try:
+            ts = await _read_ts(client, recorder)
+            if ts is None:
+                continue
+            left: list[dict] = []
+            for i, target in enumerate(pending):
+                value = {**target, "ts": ts}
+                ok, crashed = await _read(client, recorder, process, value, timeout_s)
+                if crashed:  # unknown outcome: a fresh process, and the rest on the next node
+                    process = recorder.max_process + 1
+                    left.extend(pending[i:])
+                    break
+                if not ok:
+                    left.append(target)
+            pending = left
+        finally:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await client.close()
+            except Exception as e:
+                log.debug("closing the final-read client on %s failed: %s", node, e)
+    if pending:
+        log.warning("final reads incomplete: %d of %d not read", len(pending), total)
+
+
+async def _open(open_client: Callable[[str], Awaitable[TargetClient]], node: str) -> Any:
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            return await open_client(node)
+    except Exception as e:
+        log.warning("final reads: %s does not accept a client: %s", node, e)
+        return None
+
+
+async def _read_ts(client: TargetClient, recorder: HistoryRecorder) -> int | None:
+    """A ts after every timestamp an acknowledged op reported and after the node's now."""
+    try:
+        async with asyncio.timeout(STATUS_TIMEOUT_S):
+            status = await client.status()
+    except Exception as e:
+        log.warning("final reads: %s does not answer status: %s", client.node, e)
+        return None
+    now = status.get("hlc_now")
+    return max(recorder.max_ts, now if isinstance(now, int) else 0) + 1
+
+
+async def _read(
+    client: TargetClient,
+    recorder: HistoryRecorder,
+    process: int,
+    value: dict,
+    timeout_s: float,
+) -> tuple[bool, bool]:
+    """One recorded read: (succeeded, process crashed)."""
+    recorder.invoke(process, FINAL_F, value)
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await client.final_read(value)
+    except ClientError as e:
+        kind = "fail" if e.definite else "info"
+        recorder.complete(process, kind, FINAL_F, dict(value), client.node, e.to_error())
+        return False, kind == "info"
+    except TimeoutError:
+        error = {"code": "TIMEOUT", "message": f"no reply within {timeout_s} s", "retriable": True}
+        recorder.complete(process, "info", FINAL_F, dict(value), client.node, error)
+        return False, True
+    except Exception as e:
+        error = {"code": "UNAVAILABLE", "message": f"{type(e).__name__}: {e}", "retriable": True}
+        recorder.complete(process, "info", FINAL_F, dict(value), client.node, error)
+        return False, True
+    recorder.complete(process, "ok", FINAL_F, {**value, **result}, client.node)
+    return True, False

@@ -1,0 +1,293 @@
+"""Scenarios: a whole chaos test as one TOML file (target config, faults, workload, seed).
+
+A scenario is data, so a run can be named, stored, repeated and gated on. Flags given on the
+command line override its values (`apply_overrides`). Its field names are the harness's
+`RunOptions` names, so `run_options_fields()` feeds `RunOptions(**...)` directly. Bad input
+gives one `ScenarioError` naming the file and the key, never a traceback.
+
+    name = "no-safe-time-wait"            # optional; defaults to the file name
+    description = "..."
+    seed = 1
+    time_limit_s = 30
+    concurrency = 12
+    expect = ["ap-violation"]             # anomaly classes it must produce ([] = valid)
+    [target]                              # name, nodes, voters, delay_ms, max_skew_ms,
+    toggles = ["no-safe-time-wait"]       # idle_safe_time_interval_ms, toggles; any other key
+    partitions = 4                        # is node config passed through (target_config)
+    [nemesis]
+    kinds = ["lagging-learner"]
+    interval_s = 5
+    [nemesis.options]                     # free-form parameters for the nemeses
+    [workload]
+    name = "ddl-dml"                      # any other key is a workload option
+    ddl_interval_s = 0.5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+TOGGLES: tuple[str, ...] = (
+    "no-safe-time-wait",
+    "no-ack-wait",
+    "ack-wait-no-skew",
+    "hlc-no-round-up",
+    "no-op-validation",
+    "no-commit-validation",
+    "drop-column-compatible",
+    "local-schema-at-commit",
+    "synctime-reorder",
+    "mutable-delay",
+    "skip-index-states",
+    "no-safe-time-recovery",
+)
+ANOMALY_CLASSES: tuple[str, ...] = (
+    "ap-violation",
+    "mixed-schema-commit",
+    "transborder-op",
+    "incompatible-commit",
+    "stale-schema-read",
+    "schema-conformance",
+    "lost-write",
+    "lost-ddl",
+    "index-missing",
+    "index-orphan",
+    "activation-order",
+    "unavailability",
+)
+BACKENDS: tuple[str, ...] = ("auto", "docker", "local", "ssh")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used: `<file>: <key>: <why>`."""
+
+    def __init__(self, path: str, key: str, why: str) -> None:
+        super().__init__(f"{path}: {key}: {why}")
+        self.path = path
+        self.key = key
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str = ""
+    path: str | None = None
+    seed: int = 0
+    time_limit_s: float = 60.0
+    concurrency: int = 10
+    backend: str = "auto"
+    target: str = "schemasync"
+    nodes: int = 5
+    voters: int = 3
+    delay_ms: int = 500
+    max_skew_ms: int = 500
+    idle_safe_time_interval_ms: int = 250
+    toggles: tuple[str, ...] = ()
+    target_config: Mapping[str, Any] = field(default=_EMPTY)
+    nemesis: tuple[str, ...] = ()
+    nemesis_interval_s: float = 10.0
+    nemesis_options: Mapping[str, Any] = field(default=_EMPTY)
+    workload: str = "ddl-dml"
+    workload_options: Mapping[str, Any] = field(default=_EMPTY)
+    expect: tuple[str, ...] = ()
+
+    def run_options_fields(self) -> dict[str, Any]:
+        """The values under the harness's RunOptions names (plain dicts and tuples)."""
+        return {
+            "backend": self.backend,
+            "nodes": self.nodes,
+            "voters": self.voters,
+            "time_limit_s": self.time_limit_s,
+            "concurrency": self.concurrency,
+            "nemesis": self.nemesis,
+            "nemesis_interval_s": self.nemesis_interval_s,
+            "workload": self.workload,
+            "toggles": self.toggles,
+            "seed": self.seed,
+            "scenario": Path(self.path) if self.path else None,
+            "delay_ms": self.delay_ms,
+            "max_skew_ms": self.max_skew_ms,
+            "idle_safe_time_interval_ms": self.idle_safe_time_interval_ms,
+            "test_name": self.name,
+            "target": self.target,
+            "target_config": dict(self.target_config),
+            "workload_options": dict(self.workload_options),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for key in ("target_config", "nemesis_options", "workload_options"):
+            out[key] = dict(getattr(self, key))
+        for key in ("toggles", "nemesis", "expect"):
+            out[key] = list(getattr(self, key))
+        return out
+
+
+_TOP = {"name", "description", "seed", "time_limit_s", "concurrency", "backend", "expect"}
+_TARGET = {
+    "name": "target",
+    "nodes": "nodes",
+    "voters": "voters",
+    "delay_ms": "delay_ms",
+    "delay_duration_ms": "delay_ms",
+    "max_skew_ms": "max_skew_ms",
+    "max_clock_skew_ms": "max_skew_ms",
+    "idle_safe_time_interval_ms": "idle_safe_time_interval_ms",
+    "toggles": "toggles",
+}
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and check a scenario file; raises ScenarioError naming the file and the key."""
+    where = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(where, "-", "no such file") from None
+    except OSError as e:
+        raise ScenarioError(where, "-", f"cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(where, "-", f"not valid TOML: {e}") from None
+    return scenario_from_dict(data, where, default_name=Path(path).stem)
+
+
+def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -> Scenario:
+    """A Scenario from parsed TOML (what `load_scenario` does after reading the file)."""
+    values: dict[str, Any] = {"name": default_name, "path": where}
+    for key, raw in data.items():
+        if key in ("target", "nemesis", "workload"):
+            if not isinstance(raw, Mapping):
+                raise ScenarioError(where, key, "must be a table")
+            continue
+        if key not in _TOP:
+            known = ", ".join(sorted(_TOP | {"target", "nemesis", "workload"}))
+            raise ScenarioError(where, key, f"unknown key (known: {known})")
+        values[key] = raw
+
+    target = data.get("target", {})
+    extra: dict[str, Any] = {}
+    for key, raw in target.items():
+        if key in _TARGET:
+            values[_TARGET[key]] = raw
+        else:
+            extra[key] = raw
+    values["target_config"] = MappingProxyType(extra)
+
+    nemesis = data.get("nemesis", {})
+    for key, raw in nemesis.items():
+        if key == "kinds":
+            values["nemesis"] = raw
+        elif key == "interval_s":
+            values["nemesis_interval_s"] = raw
+        elif key == "options":
+            if not isinstance(raw, Mapping):
+                raise ScenarioError(where, "nemesis.options", "must be a table")
+            values["nemesis_options"] = MappingProxyType(dict(raw))
+        else:
+            raise ScenarioError(where, f"nemesis.{key}", "unknown key (kinds, interval_s, options)")
+
+    workload = dict(data.get("workload", {}))
+    if "name" in workload:
+        values["workload"] = workload.pop("name")
+    values["workload_options"] = MappingProxyType(workload)
+    return _checked(values, where)
+
+
+_OVERRIDABLE = {f.name for f in dataclasses.fields(Scenario)} - {"path"}
+
+
+def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenario:
+    """The scenario with command-line values on top; a None value means "flag not given".
+    Keys are Scenario field names (`time_limit_s`, `toggles`, `nemesis`, `seed`, ...)."""
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in _OVERRIDABLE:
+            raise ScenarioError("command line", key, "not a scenario field")
+        if value is not None:
+            changes[key] = value
+    if not changes:
+        return scenario
+    values = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(Scenario)}
+    values.update(changes)
+    return _checked(values, f"{scenario.path or scenario.name} (with command-line flags)")
+
+
+def _checked(values: dict[str, Any], where: str) -> Scenario:
+    def need(key: str, ok: bool, why: str) -> None:
+        if not ok:
+            raise ScenarioError(where, key, f"{why}, got {values[key]!r}")
+
+    def integer(key: str, low: int) -> None:
+        v = values.get(key)
+        if key in values:
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
+            need(key, ok, f"needs an integer >= {low}")
+
+    def number(key: str, low: float) -> None:
+        v = values.get(key)
+        if key in values:
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and v > low
+            need(key, ok, f"needs a number > {low}")
+            values[key] = float(v)  # type: ignore[arg-type]
+
+    def strings(key: str, allowed: tuple[str, ...] | None) -> None:
+        if key not in values:
+            return
+        v = values[key]
+        ok = isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
+        need(key, ok, "needs a list of strings")
+        if allowed is not None:
+            bad = [x for x in v if x not in allowed]
+            if bad:
+                raise ScenarioError(where, key, f"unknown {bad} (known: {', '.join(allowed)})")
+        values[key] = tuple(v)
+
+    for key in ("name", "description", "target", "workload"):
+        if key in values:
+            need(key, isinstance(values[key], str), "needs a string")
+    integer("seed", 0)
+    integer("concurrency", 1)
+    integer("nodes", 1)
+    integer("voters", 1)
+    integer("delay_ms", 0)
+    integer("max_skew_ms", 0)
+    integer("idle_safe_time_interval_ms", 1)
+    number("time_limit_s", 0.0)
+    number("nemesis_interval_s", 0.0)
+    strings("toggles", TOGGLES)
+    strings("nemesis", None)
+    strings("expect", ANOMALY_CLASSES)
+    if "backend" in values:
+        need("backend", values["backend"] in BACKENDS, f"needs one of {', '.join(BACKENDS)}")
+    if values.get("voters", 3) > values.get("nodes", 5):
+        raise ScenarioError(where, "voters", "more voters than nodes")
+    delay = values.get("delay_ms", 500)
+    if 2 * values.get("idle_safe_time_interval_ms", 250) >= max(delay, 1) and delay > 0:
+        raise ScenarioError(
+            where, "idle_safe_time_interval_ms", f"must stay below delay_ms/2 ({delay} ms)"
+        )
+    if "workload" in values or "workload_options" in values:
+        _check_workload(values, where)
+    return Scenario(**values)
+
+
+def _check_workload(values: dict[str, Any], where: str) -> None:
+    from workloads import build_generator
+    from workloads.ddl_dml import OptionError
+
+    name = values.get("workload", "ddl-dml")
+    options = dict(values.get("workload_options", {}))
+    try:
+        build_generator(name, values.get("seed", 0), values.get("concurrency", 10), options)
+    except OptionError as e:
+        raise ScenarioError(where, f"workload.{e.key}", str(e).split(": ", 1)[1]) from None
+    except ValueError as e:
+        raise ScenarioError(where, "workload.name", str(e)) from None

@@ -77,8 +77,8 @@ def _value_ok(v: Column) -> Column:
             base == "DECIMAL",
             is_str
             & s.rlike(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$")
-            & (F.length(F.rtrim(frac, "0")) <= F.col("scale"))
-            & (F.length(F.ltrim(whole, "0")) <= F.col("prec") - F.col("scale")),
+            & (F.length(F.rtrim(frac, F.lit("0"))) <= F.col("scale"))
+            & (F.length(F.ltrim(whole, F.lit("0"))) <= F.col("prec") - F.col("scale")),
         )
         .otherwise(F.lit(False))
     )

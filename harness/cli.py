@@ -68,39 +68,77 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    run = sub.add_parser("run", help="run a chaos test end to end", description=(
-        "Provision a cluster, run the workload with the nemesis, record the history, "
-        "analyze it. Flags override the fields of --scenario."))
-    run.add_argument("--backend", choices=["auto", "docker", "local", "ssh"], default=None,
-                     help="where nodes run (auto: docker when an engine answers, else local)")
+    run = sub.add_parser(
+        "run",
+        help="run a chaos test end to end",
+        description=(
+            "Provision a cluster, run the workload with the nemesis, record the history, "
+            "analyze it. Flags override the fields of --scenario."
+        ),
+    )
+    run.add_argument(
+        "--backend",
+        choices=["auto", "docker", "local", "ssh"],
+        default=None,
+        help="where nodes run (auto: docker when an engine answers, else local)",
+    )
     run.add_argument("--nodes", type=_positive_int, default=None, help="node count (5)")
-    run.add_argument("--voters", type=_positive_int, default=None,
-                     help="Meta Storage voters, the first N nodes (3); the rest are learners")
-    run.add_argument("--nodes-file", type=Path, default=None,
-                     help="TOML of [[nodes]] name, host, port, user, key (ssh backend)")
-    run.add_argument("--time-limit", type=_positive_float, default=None,
-                     help="seconds of workload (60)")
-    run.add_argument("--concurrency", type=_positive_int, default=None,
-                     help="client processes (5)")
-    run.add_argument("--nemesis", default=None,
-                     help="comma list of fault kinds, 'all' or 'none' (none)")
-    run.add_argument("--nemesis-interval", type=_positive_float, default=None,
-                     help="seconds between faults (10)")
+    run.add_argument(
+        "--voters",
+        type=_positive_int,
+        default=None,
+        help="Meta Storage voters, the first N nodes (3); the rest are learners",
+    )
+    run.add_argument(
+        "--nodes-file",
+        type=Path,
+        default=None,
+        help="TOML of [[nodes]] name, host, port, user, key (ssh backend)",
+    )
+    run.add_argument(
+        "--time-limit", type=_positive_float, default=None, help="seconds of workload (60)"
+    )
+    run.add_argument("--concurrency", type=_positive_int, default=None, help="client processes (5)")
+    run.add_argument(
+        "--nemesis", default=None, help="comma list of fault kinds, 'all' or 'none' (none)"
+    )
+    run.add_argument(
+        "--nemesis-interval", type=_positive_float, default=None, help="seconds between faults (10)"
+    )
     run.add_argument("--workload", default=None, help="workload name (ddl-dml)")
-    run.add_argument("--toggle", action="append", default=None, metavar="NAME",
-                     help="enable a bug toggle (repeatable)")
+    run.add_argument(
+        "--toggle",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="enable a bug toggle (repeatable)",
+    )
     run.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (0)")
     run.add_argument("--store", type=Path, default=None, help="results store (./store)")
     run.add_argument("--scenario", type=Path, default=None, help="scenario file (TOML)")
-    run.add_argument("--delay-ms", type=_positive_int, default=None,
-                     help="delay duration DD in ms (500)")
-    run.add_argument("--max-skew-ms", type=_non_negative_int, default=None,
-                     help="max clock skew CSmax in ms (500)")
+    run.add_argument(
+        "--delay-ms", type=_positive_int, default=None, help="delay duration DD in ms (500)"
+    )
+    run.add_argument(
+        "--max-skew-ms",
+        type=_non_negative_int,
+        default=None,
+        help="max clock skew CSmax in ms (500)",
+    )
     run.add_argument("--test-name", default=None, help="name of the test in the store")
     run.add_argument("--target", default=None, help="database under test (schemasync)")
     run.add_argument("--spark-master", default=None, help="Spark master for the checker")
-    run.add_argument("--ready-timeout", type=_positive_float, default=None,
-                     help="seconds to wait for the cluster to be ready (60)")
+    run.add_argument(
+        "--ready-timeout",
+        type=_positive_float,
+        default=None,
+        help="seconds to wait for the cluster to be ready (60)",
+    )
+    run.add_argument(
+        "--local-base",
+        default=None,
+        help="local backend: node i binds base+i (127.0.0.10 -> n1 on 127.0.0.11)",
+    )
     run.add_argument("--no-analyze", action="store_true", help="record only; no checker, no report")
     run.add_argument("--no-progress", action="store_true", help="no live display")
 
@@ -128,8 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = images_sub.add_parser("build", help="build the node image (cached by content hash)")
     build.add_argument("--force", action="store_true", help="rebuild even when tags exist")
 
-    clean = sub.add_parser("clean", help="remove every container, network, process and iptables "
-                           "rule left by schemachaos")
+    clean = sub.add_parser(
+        "clean",
+        help="remove every container, network, process and iptables rule left by schemachaos",
+    )
     clean.add_argument("--store", type=Path, default=Path("store"))
     clean.add_argument("--run-id", default=None, help="only what this run left")
 
@@ -155,39 +195,55 @@ def _scenario_fields(path: Path) -> dict[str, Any]:
         scenario = load_scenario(path)
     except Exception as e:
         raise BadInput(f"--scenario: {path}: {e}") from e
-    raw = scenario if isinstance(scenario, dict) else getattr(scenario, "__dict__", {})
-    aliases = {
-        "name": "test_name", "test": "test_name", "time_limit": "time_limit_s",
-        "nemesis_interval": "nemesis_interval_s", "delay_duration_ms": "delay_ms",
-        "max_clock_skew_ms": "max_skew_ms", "options": "workload_options",
-        "config": "target_config",
-    }
-    from dataclasses import fields
+    from dataclasses import fields, is_dataclass
 
     from harness.run import RunOptions
 
+    if hasattr(scenario, "run_options_fields"):
+        raw = dict(scenario.run_options_fields())
+        for extra in ("nemesis_options", "expect"):
+            if hasattr(scenario, extra):
+                raw[extra] = getattr(scenario, extra)
+    elif is_dataclass(scenario):
+        raw = {f.name: getattr(scenario, f.name) for f in fields(scenario)}
+    else:
+        raw = dict(scenario)
+    aliases = {"name": "test_name", "path": "scenario"}
     known = {f.name for f in fields(RunOptions)}
     out: dict[str, Any] = {}
-    for key, value in dict(raw).items():
+    for key, value in raw.items():
         name = aliases.get(key, key)
-        if name in known and value is not None:
-            out[name] = tuple(value) if name in {"nemesis", "toggles"} else value
+        if name not in known or value is None:
+            continue
+        if name in {"nemesis", "toggles", "expect"}:
+            value = tuple(value)
+        elif name in {"target_config", "workload_options", "nemesis_options"}:
+            value = dict(value)
+        elif name == "scenario":
+            value = Path(value)
+        out[name] = value
     return out
 
 
 def _nemesis_kinds(text: str) -> tuple[str, ...]:
-    if text.strip() in {"", "none"}:
-        return ()
-    if text.strip() == "all":
-        try:
-            nemesis = importlib.import_module("nemesis")
-        except ImportError as e:
-            raise BadInput(f"--nemesis: nemeses are not available ({e})") from e
-        kinds = getattr(nemesis, "KINDS", None) or getattr(nemesis, "ALL_KINDS", None)
-        if not kinds:
-            raise BadInput("--nemesis: 'all' is not known to the nemesis package")
-        return tuple(kinds)
-    return tuple(k.strip() for k in text.split(",") if k.strip())
+    try:
+        parse_kinds = importlib.import_module("nemesis").parse_kinds
+    except (ImportError, AttributeError) as e:
+        if text.strip() in {"", "none"}:
+            return ()
+        raise BadInput(f"--nemesis: nemeses are not available ({e})") from e
+    try:
+        return tuple(parse_kinds(text))
+    except ValueError as e:
+        raise BadInput(f"--nemesis: {e}") from e
+
+
+def _known_toggles() -> frozenset[str] | None:
+    try:
+        from schemasync.toggles import ALL_TOGGLES
+    except ImportError:
+        return None
+    return ALL_TOGGLES
 
 
 def _validate(opts: Any) -> None:
@@ -197,21 +253,19 @@ def _validate(opts: Any) -> None:
 
     if opts.voters > opts.nodes and opts.backend != "ssh":
         raise BadInput(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
-    try:
-        from schemasync.toggles import ALL_TOGGLES
-    except ImportError:
-        ALL_TOGGLES = None  # noqa: N806
-    if ALL_TOGGLES is not None:
-        for toggle in opts.toggles:
-            if toggle not in ALL_TOGGLES:
-                raise BadInput(
-                    f"--toggle: unknown toggle {toggle!r} (known: {', '.join(sorted(ALL_TOGGLES))})"
-                )
+    known_toggles = _known_toggles()
+    for toggle in opts.toggles:
+        if known_toggles is not None and toggle not in known_toggles:
+            raise BadInput(
+                f"--toggle: unknown toggle {toggle!r} (known: {', '.join(sorted(known_toggles))})"
+            )
     try:
         workloads = importlib.import_module("workloads")
         names = getattr(workloads, "WORKLOADS", None)
         if names and opts.workload not in names:
-            raise BadInput(f"--workload: unknown workload {opts.workload!r} (known: {', '.join(names)})")
+            raise BadInput(
+                f"--workload: unknown workload {opts.workload!r} (known: {', '.join(names)})"
+            )
     except ImportError:
         pass
     if opts.nemesis:
@@ -271,6 +325,7 @@ def _run_options(args: argparse.Namespace) -> Any:
         "target": args.target,
         "spark_master": args.spark_master,
         "ready_timeout_s": args.ready_timeout,
+        "local_base": args.local_base,
     }
     given.update({k: v for k, v in flags.items() if v is not None})
     if args.no_analyze:
@@ -282,8 +337,17 @@ def _run_options(args: argparse.Namespace) -> Any:
 
 
 def _execute(opts: Any, show_progress: bool) -> int:
+    from dataclasses import replace
+
+    from harness.cluster import ProvisionError, resolve_backend
     from harness.run import run_test
 
+    try:
+        backend, why = resolve_backend(opts.backend)
+    except ProvisionError as e:
+        raise BadInput(str(e)) from e
+    print(f"schemachaos: {why}", file=sys.stderr)
+    opts = replace(opts, backend=backend)
     _validate(opts)
     if not show_progress:
         outcome = run_test(opts)

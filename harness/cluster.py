@@ -93,7 +93,9 @@ def docker_answers() -> bool:
 def resolve_backend(backend: str) -> tuple[str, str]:
     """(backend, why): auto picks docker when the engine answers, else local."""
     if backend not in BACKENDS:
-        raise ProvisionError(f"--backend: unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+        raise ProvisionError(
+            f"--backend: unknown backend {backend!r} (one of {', '.join(BACKENDS)})"
+        )
     if backend != "auto":
         return backend, f"backend {backend} (asked for)"
     if docker_answers():
@@ -129,7 +131,9 @@ def provision(spec: ClusterSpec, run_id: str, work_dir: Path) -> Iterator[Cluste
                     log.warning("teardown step failed: %s", e)
 
 
-def _provision_docker(spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]) -> Cluster:
+def _provision_docker(
+    spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
+) -> Cluster:
     from harness.images import ensure_images
     from harness.remote_docker import DockerNodes, DockerUnavailable, generate_run_key
 
@@ -159,7 +163,9 @@ def _provision_docker(spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: 
     )
 
 
-def _provision_local(spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]) -> Cluster:
+def _provision_local(
+    spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
+) -> Cluster:
     from harness.remote_local import LocalRemote, check_ports_free, kill_tagged, local_address
 
     nodes = node_names(spec.nodes)
@@ -205,7 +211,7 @@ def _provision_ssh(spec: ClusterSpec, run_id: str, cleanups: list[Any]) -> Clust
     voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))
     remotes: dict[str, Remote] = {}
     for h in hosts:
-        remote = SshRemote(
+        remote: Remote = SshRemote(
             h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
         )
         remotes[h.name] = remote

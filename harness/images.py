@@ -70,9 +70,10 @@ def apt_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
                     (m.group(1).lower(), m.group(2).strip())
                     for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M)
                 )
-                if SUITE in fields.get("suites", "").split() and "deb" in fields.get(
-                    "types", ""
-                ).split():
+                if (
+                    SUITE in fields.get("suites", "").split()
+                    and "deb" in fields.get("types", "").split()
+                ):
                     candidates += fields.get("uris", "").split()
         else:
             for line in text.splitlines():
@@ -278,7 +279,9 @@ def ensure_images(
     return ImageTags(base=base, node=node)
 
 
-def prune_old_images(client: object, keep: set[str], progress: Progress = _noop, spare: int = 2) -> None:
+def prune_old_images(
+    client: object, keep: set[str], progress: Progress = _noop, spare: int = 2
+) -> None:
     """Remove superseded node/base tags, sparing the newest few (another run may still use one)."""
     import docker.errors
 

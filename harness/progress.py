@@ -85,7 +85,15 @@ def build_progress() -> Iterator[Callable[[str], None]]:
         def report(line: str) -> None:
             text = line if len(line) < 110 else line[:107] + "..."
             status.update(f"[bold]building node image[/]: {text}")
-            if not line.startswith(("I: Retrieving", "I: Validating", "I: Extracting", "I: Unpacking", "I: Configuring")):
+            if not line.startswith(
+                (
+                    "I: Retrieving",
+                    "I: Validating",
+                    "I: Extracting",
+                    "I: Unpacking",
+                    "I: Configuring",
+                )
+            ):
                 console.log(text)
 
         yield report

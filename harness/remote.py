@@ -79,7 +79,8 @@ def check_result(node: str, cmd: str, result: CommandResult, check: bool) -> Com
     if check and result.exit_code != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise RemoteError(
-            node, f"command failed (exit {result.exit_code}): {cmd[:200]}: {' | '.join(detail)}",
+            node,
+            f"command failed (exit {result.exit_code}): {cmd[:200]}: {' | '.join(detail)}",
             result,
         )
     return result

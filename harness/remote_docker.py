@@ -86,7 +86,7 @@ def _host_key(container: Any, timeout: float) -> paramiko.PKey:
 
 
 class DockerNodes:
-    """The network and containers of one run; `remotes` after `up()`, everything gone after `down()`."""
+    """The network and containers of one run: `remotes` after `up()`, nothing after `down()`."""
 
     def __init__(self, run_id: str, nodes: list[str], image: str, key: RunKey) -> None:
         self.run_id = run_id

@@ -7,6 +7,7 @@ Every process started through it carries SCHEMACHAOS_RUN in its environment, whi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -41,7 +42,9 @@ def check_ports_free(addresses: list[str], ports: tuple[int, ...] = PORTS) -> No
                 try:
                     s.bind((address, port))
                 except OSError as e:
-                    raise RemoteError("local", f"port in use: {address}:{port} ({e.strerror})") from e
+                    raise RemoteError(
+                        "local", f"port in use: {address}:{port} ({e.strerror})"
+                    ) from e
 
 
 class LocalRemote:
@@ -65,7 +68,9 @@ class LocalRemote:
             )
         except subprocess.TimeoutExpired as e:
             raise RemoteError(self.name, f"command timed out after {timeout}s: {cmd[:200]}") from e
-        return check_result(self.name, cmd, CommandResult(proc.returncode, proc.stdout, proc.stderr), check)
+        return check_result(
+            self.name, cmd, CommandResult(proc.returncode, proc.stdout, proc.stderr), check
+        )
 
     def upload(self, local: Path, remote_path: str) -> None:
         dest = Path(remote_path)
@@ -122,8 +127,6 @@ def kill_tagged(run_id: str | None = None) -> list[int]:
 
     pids = tagged_processes(run_id)
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return pids

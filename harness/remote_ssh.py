@@ -1,4 +1,4 @@
-"""Nodes reached over SSH with paramiko: key auth only, host keys pinned, never trusted on first use.
+"""Nodes reached over SSH with paramiko: key auth only, host keys pinned, never trust on first use.
 
 Used by the ssh backend (real hosts from a nodes file) and by the docker backend, whose containers
 run sshd with the host keys they generated at start.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import shlex
-import socket
 import threading
 import time
 import tomllib
@@ -78,7 +77,7 @@ def load_nodes_file(path: Path) -> list[SshHost]:
 
 
 class SshRemote:
-    """A Remote over one paramiko connection (reconnected on demand; safe to share across threads)."""
+    """A Remote over one paramiko connection (reconnected on demand, shared across threads)."""
 
     def __init__(
         self,
@@ -123,9 +122,7 @@ class SshRemote:
             elif not self._host_keys:
                 client.load_system_host_keys()
             entry = (
-                self._connect_host
-                if self._port == 22
-                else f"[{self._connect_host}]:{self._port}"
+                self._connect_host if self._port == 22 else f"[{self._connect_host}]:{self._port}"
             )
             for key in self._host_keys:
                 client.get_host_keys().add(entry, key.get_name(), key)
@@ -168,6 +165,7 @@ class SshRemote:
     def run(self, cmd: str, timeout: float = 30.0, check: bool = True) -> CommandResult:
         client = self._connect()
         full = f"{self._sudo}sh -c {_quote(cmd)}" if self._sudo else cmd
+        channel: paramiko.Channel | None = None
         try:
             _, stdout, stderr = client.exec_command(full, timeout=timeout)
             channel = stdout.channel
@@ -175,7 +173,9 @@ class SshRemote:
             out = stdout.read().decode(errors="replace")
             err = stderr.read().decode(errors="replace")
             code = channel.recv_exit_status()
-        except (TimeoutError, socket.timeout) as e:
+        except TimeoutError as e:
+            if channel is not None:
+                channel.close()
             raise RemoteError(self.name, f"command timed out after {timeout}s: {cmd[:200]}") from e
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise RemoteError(self.name, f"ssh to {self._where()} failed: {e}") from e

@@ -61,6 +61,8 @@ class RunOptions:
     local_base: str = "127.0.0.10"
     target_config: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    nemesis_options: dict[str, Any] = field(default_factory=dict)
+    expect: tuple[str, ...] = ()  # anomaly classes a scenario expects (for nightly gating)
 
 
 @dataclass(frozen=True)
@@ -104,16 +106,30 @@ def _first(candidates: list[tuple[str, str]]) -> Any:
     raise ImportError("; ".join(errors))
 
 
-def build_schedule(opts: RunOptions, nodes: list[str], voters: list[str], learners: list[str]) -> list[Any]:
+def build_schedule(
+    opts: RunOptions, nodes: list[str], voters: list[str], learners: list[str]
+) -> list[Any]:
     if not opts.nemesis:
         return []
     fn = _first([("nemesis", "build_schedule"), ("nemesis.schedule", "build_schedule")])
     return list(
-        fn(list(opts.nemesis), opts.nemesis_interval_s, opts.time_limit_s, opts.seed, nodes, voters, learners)
+        fn(
+            list(opts.nemesis),
+            opts.nemesis_interval_s,
+            opts.time_limit_s,
+            opts.seed,
+            nodes,
+            voters,
+            learners,
+            max_skew_s=opts.max_skew_ms / 1000.0,
+        )
     )
 
 
 def _step_json(step: Any) -> Any:
+    to_json = getattr(step, "to_json", None)
+    if callable(to_json):
+        return to_json()
     try:
         return asdict(step)
     except TypeError:
@@ -121,8 +137,15 @@ def _step_json(step: Any) -> Any:
 
 
 def run_json(
-    opts: RunOptions, run: RunDir, backend: str, nodes: list[str], voters: list[str],
-    learners: list[str], schedule: list[Any], start_wall_ms: int, target_clock: str,
+    opts: RunOptions,
+    run: RunDir,
+    backend: str,
+    nodes: list[str],
+    voters: list[str],
+    learners: list[str],
+    schedule: list[Any],
+    start_wall_ms: int,
+    target_clock: str,
 ) -> dict[str, Any]:
     """run.json of history.md: how this run was made, with the nemesis schedule as data."""
     return {
@@ -140,6 +163,7 @@ def run_json(
             "kinds": list(opts.nemesis),
             "interval_s": opts.nemesis_interval_s,
             "schedule": [_step_json(s) for s in schedule],
+            "options": opts.nemesis_options,
         },
         "workload": {
             "name": opts.workload,
@@ -150,6 +174,7 @@ def run_json(
         },
         "start_wall_ms": start_wall_ms,
         "harness_version": HARNESS_VERSION,
+        "expect": list(opts.expect),
         "options": {
             "nodes": opts.nodes,
             "voters": opts.voters,
@@ -170,7 +195,13 @@ def target_config(opts: RunOptions) -> dict[str, Any]:
 
 
 def unknown_results(errors: list[str]) -> dict[str, Any]:
-    return {"valid": "unknown", "anomalies": [], "not_applicable": [], "stats": {}, "errors": errors}
+    return {
+        "valid": "unknown",
+        "anomalies": [],
+        "not_applicable": [],
+        "stats": {},
+        "errors": errors,
+    }
 
 
 def _node_layout(opts: RunOptions, backend: str) -> list[str]:
@@ -214,7 +245,17 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 start_wall_ms = time.time_ns() // 1_000_000
                 write_json(
                     run.run_json,
-                    run_json(opts, run, backend, nodes, voters, learners, schedule, start_wall_ms, target.clock),
+                    run_json(
+                        opts,
+                        run,
+                        backend,
+                        nodes,
+                        voters,
+                        learners,
+                        schedule,
+                        start_wall_ms,
+                        target.clock,
+                    ),
                 )
                 recorder = _observed_recorder(recorder_cls)(run.history, start_ns, state, notify)
                 _run_cluster(opts, run, backend, target, schedule, recorder, state, notify)
@@ -243,6 +284,8 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 write_json(run.results, unknown_results(errors))
                 exit_code = EXIT_UNKNOWN
             elif opts.no_analyze:
+                state.set_phase("done (not analyzed)")
+                notify()
                 exit_code = 0
             else:
                 exit_code = _analyze(run.path, opts.spark_master, state, notify)
@@ -255,7 +298,9 @@ def _observed_recorder(base: type) -> type:
     """The history recorder, also keeping the live display's list of active faults."""
 
     class ObservedRecorder(base):  # type: ignore[valid-type, misc]
-        def __init__(self, path: Path, start_ns: int, state: RunProgress, notify: Callable[[], None]) -> None:
+        def __init__(
+            self, path: Path, start_ns: int, state: RunProgress, notify: Callable[[], None]
+        ) -> None:
             super().__init__(path, start_monotonic_ns=start_ns)
             self._state = state
             self._notify = notify
@@ -276,8 +321,14 @@ def _observed_recorder(base: type) -> type:
 
 
 def _run_cluster(
-    opts: RunOptions, run: RunDir, backend: str, target: Any, schedule: list[Any],
-    recorder: Any, state: RunProgress, notify: Callable[[], None],
+    opts: RunOptions,
+    run: RunDir,
+    backend: str,
+    target: Any,
+    schedule: list[Any],
+    recorder: Any,
+    state: RunProgress,
+    notify: Callable[[], None],
 ) -> None:
     spec = ClusterSpec(
         backend=backend,
@@ -335,8 +386,14 @@ def _tables_and_indexes(catalog: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _exercise(
-    opts: RunOptions, run: RunDir, cluster: Any, target: Any, schedule: list[Any],
-    recorder: Any, state: RunProgress, notify: Callable[[], None],
+    opts: RunOptions,
+    run: RunDir,
+    cluster: Any,
+    target: Any,
+    schedule: list[Any],
+    recorder: Any,
+    state: RunProgress,
+    notify: Callable[[], None],
 ) -> None:
     """Clients and nemesis side by side, then heal, final reads, and the catalog log."""
     from harness.store import write_jsonl
@@ -349,12 +406,17 @@ async def _exercise(
     generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
     nemesis_ctx = None
     if schedule:
-        ctx_cls = _import("nemesis.runner", "NemesisContext")
+        ctx_cls = _first([("nemesis", "NemesisContext"), ("nemesis.runner", "NemesisContext")])
         nemesis_ctx = ctx_cls(
             cluster=cluster,
             target=target,
-            config={"max_skew_ms": opts.max_skew_ms, "interval_s": opts.nemesis_interval_s,
-                    "kinds": list(opts.nemesis), "seed": opts.seed},
+            config={
+                **opts.nemesis_options,
+                "max_skew_ms": opts.max_skew_ms,
+                "interval_s": opts.nemesis_interval_s,
+                "kinds": list(opts.nemesis),
+                "seed": opts.seed,
+            },
         )
 
     def on_progress(counts: dict[str, Any]) -> None:
@@ -367,12 +429,18 @@ async def _exercise(
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
         if nemesis_ctx is not None:
-            run_schedule = _import("nemesis.runner", "run_schedule")
+            run_schedule = _first([("nemesis", "run_schedule"), ("nemesis.runner", "run_schedule")])
             tg.create_task(run_schedule(schedule, nemesis_ctx, recorder, stop))
         try:
             summary = await run_clients(
-                generator, target.client, cluster.nodes, recorder, opts.time_limit_s,
-                opts.concurrency, opts.seed, on_progress,
+                generator,
+                target.client,
+                cluster.nodes,
+                recorder,
+                opts.time_limit_s,
+                opts.concurrency,
+                opts.seed,
+                on_progress,
             )
             if isinstance(summary, dict):
                 state.counts = {**state.counts, **summary}
@@ -381,7 +449,7 @@ async def _exercise(
     if nemesis_ctx is not None:
         state.set_phase("healing")
         notify()
-        heal_all = _import("nemesis.runner", "heal_all")
+        heal_all = _first([("nemesis", "heal_all"), ("nemesis.runner", "heal_all")])
         async with asyncio.timeout(120):
             await heal_all(nemesis_ctx, recorder)
     state.set_phase("final reads")
@@ -396,7 +464,9 @@ async def _exercise(
     log.info("catalog.jsonl: %d versions", len(catalog))
 
 
-def _analyze(run_dir: Path, spark_master: str, state: RunProgress, notify: Callable[[], None]) -> int:
+def _analyze(
+    run_dir: Path, spark_master: str, state: RunProgress, notify: Callable[[], None]
+) -> int:
     state.set_phase("analyzing")
     notify()
     try:
@@ -453,5 +523,6 @@ def options_from_run_json(run_json_path: Path, store: Path | None = None) -> Run
         target=str(data.get("target", "schemasync")),
         target_config={k: v for k, v in config.items() if k not in known},
         workload_options=dict(workload.get("options", {})),
+        nemesis_options=dict(nemesis.get("options") or {}),
+        expect=tuple(data.get("expect") or ()),
     )
-

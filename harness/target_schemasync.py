@@ -405,9 +405,7 @@ def _client_error(e: BaseException, indefinite: frozenset[str]) -> ClientError:
     if isinstance(e, TimeoutError):
         return ClientError("TIMEOUT", "no reply in time", retriable=True, definite=False)
     if isinstance(e, OSError | EOFError | ConnectionError | asyncio.IncompleteReadError):
-        return ClientError(
-            "UNAVAILABLE", f"connection lost: {e}", retriable=True, definite=False
-        )
+        return ClientError("UNAVAILABLE", f"connection lost: {e}", retriable=True, definite=False)
     return ClientError("INTERNAL", f"{type(e).__name__}: {e}", retriable=False, definite=False)
 
 

@@ -1,1 +1,29 @@
-"""nemesis package."""
+"""Nemeses: clock skew, partitions, lagging learners, kill and pause, on a seeded schedule.
+
+`build_schedule` makes the schedule (pure data for run.json); `run_schedule` plays it against
+a cluster through the harness's Remote and Target; `heal_all` undoes everything.
+"""
+
+from nemesis.context import NemesisContext, NemesisState
+from nemesis.runner import heal_all, run_schedule
+from nemesis.schedule import (
+    KINDS,
+    NemesisStep,
+    build_schedule,
+    parse_kinds,
+    schedule_from_json,
+    schedule_to_json,
+)
+
+__all__ = [
+    "KINDS",
+    "NemesisContext",
+    "NemesisState",
+    "NemesisStep",
+    "build_schedule",
+    "heal_all",
+    "parse_kinds",
+    "run_schedule",
+    "schedule_from_json",
+    "schedule_to_json",
+]

@@ -1,10 +1,13 @@
-"""Admin API on the client port: status, the catalog log, the apply inhibitor, live DD."""
+"""Admin API on the client port: status, the catalog log, the apply inhibitor, live DD, and a
+Meta Storage write for benchmarks (keys under ``bench/``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from schemasync import errors
+from schemasync.errors import SchemaSyncError
 from schemasync.hlc import HybridClock, wall_ms
 from schemasync.metastore import MetaStorage
 from schemasync.schema_sync import SchemaSync
@@ -14,8 +17,14 @@ class Admin:
     """Handlers of ``admin.*`` requests for one node."""
 
     def __init__(
-        self, name: str, clock: HybridClock, metastore: MetaStorage, schema_sync: SchemaSync
+        self,
+        name: str,
+        clock: HybridClock,
+        metastore: MetaStorage,
+        schema_sync: SchemaSync,
+        timeout_s: float = 10.0,
     ) -> None:
+        self.timeout_s = timeout_s
         self.name = name
         self.clock = clock
         self.metastore = metastore
@@ -38,6 +47,17 @@ class Admin:
                 raise errors.invalid_request("admin.set_delay needs {delay_duration_ms: int >= 1}")
             self.metastore.live_delay_ms = delay
             return {}
+        if req_type == "admin.ms_write":
+            key = body.get("key")
+            if not isinstance(key, str) or not key.startswith("bench/"):
+                raise errors.invalid_request("admin.ms_write writes keys under bench/ only")
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    return {"index": await self.metastore.put(key, body.get("value"))}
+            except TimeoutError:
+                raise SchemaSyncError(
+                    errors.TIMEOUT, "Meta Storage write timed out", True
+                ) from None
         raise errors.invalid_request(f"unknown admin request {req_type!r}")
 
     def status(self) -> dict[str, Any]:

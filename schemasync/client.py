@@ -105,6 +105,10 @@ class Client:
                     True,
                     {"definite": False},
                 ) from None
+            except asyncio.CancelledError:
+                # A reply may be half read: this connection cannot be trusted any more.
+                self._drop_connection()
+                raise
         hlc_in = reply.get("hlc")
         if isinstance(hlc_in, int):
             self.last_reply_hlc = hlc_in

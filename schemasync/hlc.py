@@ -74,12 +74,15 @@ class HybridClock:
         wall = self._wall()
         if physical_ms(ts) - wall > self.max_clock_skew_ms:
             self.ahead_count += 1
-            log.warning(
-                "received hlc %d is %d ms ahead of local wall clock (max_clock_skew %d ms)",
-                ts,
-                physical_ms(ts) - wall,
-                self.max_clock_skew_ms,
-            )
+            if self.ahead_count & (self.ahead_count - 1) == 0:  # 1st, 2nd, 4th, ...: no flood
+                log.warning(
+                    "received hlc %d is %d ms ahead of local wall clock (max_clock_skew %d ms;"
+                    " %d such timestamps so far)",
+                    ts,
+                    physical_ms(ts) - wall,
+                    self.max_clock_skew_ms,
+                    self.ahead_count,
+                )
         self._last = max(self._last, ts)
         return self.now()
 

@@ -35,7 +35,13 @@ from schemasync.wire import PeerClient, serve_connection
 log = logging.getLogger("schemasync.node")
 
 RequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-ADMIN_TYPES = ("admin.status", "admin.catalog_log", "admin.inhibit_apply", "admin.set_delay")
+ADMIN_TYPES = (
+    "admin.status",
+    "admin.catalog_log",
+    "admin.inhibit_apply",
+    "admin.set_delay",
+    "admin.ms_write",
+)
 
 
 @dataclass
@@ -88,7 +94,9 @@ class Node:
             config.max_clock_skew_ms,
             config.toggles,
         )
-        self.admin = Admin(self.name, self.hlc, self.metastore, self.schema_sync)
+        self.admin = Admin(
+            self.name, self.hlc, self.metastore, self.schema_sync, config.request_timeout_ms / 1000
+        )
         self._client_handlers: dict[str, RequestHandler] = {}
         self._peer_handlers: dict[str, RequestHandler] = {}
         self.request_timeout_s = config.request_timeout_ms / 1000
@@ -279,6 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _setup_logging(config)
     log.info("node %s starting (toggles: %s)", config.name, sorted(config.toggles) or "none")
+    if config.idle_safe_time_interval_ms * 2 > config.delay_duration_ms:
+        log.warning(
+            "idle_safe_time_interval_ms %d exceeds delay_duration_ms/2 (%d): schema waits"
+            " will block between SyncTime commands",
+            config.idle_safe_time_interval_ms,
+            config.delay_duration_ms // 2,
+        )
     try:
         asyncio.run(Node(config).run())
     except (OSError, ExceptionGroup) as e:

@@ -76,13 +76,15 @@ def schema_cache(client: Client) -> SchemaCache:
 
 
 async def _with_schema_retry(
-    client: Client, cache: SchemaCache, table: str, send: Any
+    client: Client, cache: SchemaCache, table: str, send: Any, known: int | None = None
 ) -> tuple[dict[str, Any], int]:
-    """Send with the cached version; on SCHEMA_VERSION_MISMATCH load the expected one, resend."""
+    """Send with the txn's known version of the table, else the cached one; on
+    SCHEMA_VERSION_MISMATCH load the expected version and resend."""
     retries = 0
+    version = known if known is not None else cache.version_of(table)
     while True:
         try:
-            return await send(cache.version_of(table)), retries
+            return await send(version), retries
         except SchemaSyncError as e:
             expected = e.data.get("expected_version")
             if e.code != errors.SCHEMA_VERSION_MISMATCH or not isinstance(expected, int):
@@ -91,6 +93,7 @@ async def _with_schema_retry(
                 raise
             retries += 1
             await cache.load(client, table, expected)
+            version = expected
 
 
 class Transaction:
@@ -136,7 +139,8 @@ class Transaction:
             )
 
         try:
-            reply, retries = await _with_schema_retry(self.client, self.cache, table, send)
+            known = self.tables.get(table, {}).get("schema_version")
+            reply, retries = await _with_schema_retry(self.client, self.cache, table, send, known)
         except SchemaSyncError as e:
             self.done = True
             raise TxnFailed(e, e.data.get("value") or self.value()) from None

@@ -56,9 +56,11 @@ class Enlistment:
 class CoordTxn:
     txn_id: str
     begin_ts: int
+    coordinator: str
     tables: dict[str, Enlistment] = field(default_factory=dict)
     parts: dict[tuple[int, int], str] = field(default_factory=dict)  # (table_id, p) -> primary
     part_tables: dict[tuple[int, int], str] = field(default_factory=dict)  # -> table name
+    node_epochs: dict[str, str] = field(default_factory=dict)  # primary -> its incarnation
     ops: list[dict[str, Any]] = field(default_factory=list)
     max_op_ts: int = 0
     state: str = "active"  # active | committing | committed | aborted
@@ -70,6 +72,7 @@ class CoordTxn:
     def value(self) -> dict[str, Any]:
         """The txn completion value of history.md (partial while not committed)."""
         return {
+            "coordinator": self.coordinator,
             "txn_id": self.txn_id,
             "begin_ts": self.begin_ts,
             "commit_ts": self.commit_ts,
@@ -142,7 +145,7 @@ class TxnCoordinator:
 
     def new_txn(self) -> CoordTxn:
         txn_id = f"{self.ctx.name}-{self._boot}-{next(self._seq)}"
-        txn = CoordTxn(txn_id, self.ctx.hlc.now())
+        txn = CoordTxn(txn_id, self.ctx.hlc.now(), self.ctx.name)
         self._txns[txn_id] = txn
         return txn
 
@@ -230,29 +233,36 @@ class TxnCoordinator:
                 node = self.primary(*part)
                 txn.parts[part] = node
                 txn.part_tables[part] = enlisted.name
-                replies.append(
-                    await self.call(
-                        node,
-                        "txnp.op",
-                        {
-                            "txn_id": txn.txn_id,
-                            "coordinator": self.ctx.name,
-                            "begin_ts": txn.begin_ts,
-                            "table": enlisted.name,
-                            "table_id": enlisted.table_id,
-                            "partition": p,
-                            "version": enlisted.version,
-                            "base_ts": enlisted.base_ts,
-                            "op": op,
-                        },
-                        PEER_TIMEOUT_S,
-                    )
+                reply = await self.call(
+                    node,
+                    "txnp.op",
+                    {
+                        "txn_id": txn.txn_id,
+                        "coordinator": self.ctx.name,
+                        "begin_ts": txn.begin_ts,
+                        "table": enlisted.name,
+                        "table_id": enlisted.table_id,
+                        "partition": p,
+                        "version": enlisted.version,
+                        "base_ts": enlisted.base_ts,
+                        "op": op,
+                    },
+                    PEER_TIMEOUT_S,
                 )
+                epoch = str(reply.get("epoch"))
+                if txn.node_epochs.setdefault(node, epoch) != epoch:
+                    raise fail(
+                        errors.TXN_ABORTED,
+                        f"primary {node} restarted during the txn: its earlier ops are lost",
+                        True,
+                    )
+                replies.append(reply)
         except SchemaSyncError as e:
             for k in ("op_ts", "node", "schema_version"):
                 if k in e.data:
                     entry[k] = e.data[k]
             await self._abort(txn, e, entry)
+            e.data["definite"] = True  # nothing was prepared: the txn is aborted everywhere
             raise
         last = max(replies, key=lambda r: int(r["op_ts"]))
         result: Any = last["result"]
@@ -320,6 +330,7 @@ class TxnCoordinator:
 
     async def _commit(self, txn: CoordTxn) -> dict[str, Any]:
         txn.state = "committing"
+        single_phase = len(txn.parts) == 1
         try:
             self.ctx.hlc.update(txn.max_op_ts)
             commit_ts = self.ctx.hlc.now()
@@ -337,6 +348,7 @@ class TxnCoordinator:
                         "partition": p,
                         "version": enlisted.version,
                         "base_ts": enlisted.base_ts,
+                        "epoch": txn.node_epochs.get(node),
                     }
                 )
             single = len(txn.parts) == 1
@@ -345,6 +357,11 @@ class TxnCoordinator:
             txn.state = "active"  # so that _abort runs fully
             txn.commit_ts = None
             await self._abort(txn, e)
+            # Presumed abort makes every failure before the decision definite, except a lost
+            # reply of the one-phase commit: that participant may have committed.
+            e.data["definite"] = not (
+                single_phase and e.code in (errors.TIMEOUT, errors.UNAVAILABLE)
+            )
             raise
         if not single and txn.parts:
             # The decision is durable before any participant hears it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,8 @@ LOCK_WAIT_S = 1.0
 SCHEMA_WAIT_S = 10.0
 PREPARED_WAIT_S = 10.0
 IN_DOUBT_AFTER_S = 1.0
-IDLE_ASK_AFTER_S = 30.0
+IDLE_ASK_AFTER_S = 5.0
+ENDED_MEMORY = 100_000
 
 PartKey = tuple[int, int]  # (table_id, partition)
 
@@ -141,6 +143,9 @@ class TxnPrimary:
         self.locks = LockTable()
         self._txns: dict[str, _Txn] = {}
         self.nodes = sorted(ctx.config.nodes)
+        self._ended: OrderedDict[str, None] = OrderedDict()  # recent txns: late ops refused
+        # This incarnation: a txn whose ops ran on an earlier one lost them at the restart.
+        self.epoch = f"{ctx.name}-{time.time_ns()}"
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self) -> int:
@@ -178,6 +183,8 @@ class TxnPrimary:
         op = body["op"]
         txn = self._txns.get(txn_id)
         if txn is None:
+            if txn_id in self._ended:
+                raise fail(errors.TXN_ABORTED, f"txn {txn_id} already ended on {self.ctx.name}")
             txn = self._txns[txn_id] = _Txn(txn_id, str(body["coordinator"]), int(body["begin_ts"]))
         if txn.aborted or txn.prepared:
             raise fail(errors.TXN_ABORTED, f"txn {txn_id} is no longer active on {self.ctx.name}")
@@ -218,12 +225,14 @@ class TxnPrimary:
             raise
         if txn.aborted:  # aborted by the coordinator while this op waited
             await self._abort_local(txn_id)
+            self.locks.release_all(txn_id)  # what the op took after the abort released
             raise fail(errors.TXN_ABORTED, f"txn {txn_id} was aborted during the op")
         return {
             "op_ts": op_ts,
             "node": self.ctx.name,
             "schema_version": table.schema_version,
             "result": result,
+            "epoch": self.epoch,
         }
 
     async def _lock(self, txn: _Txn, part: _Part, key: int, mode: LockMode) -> None:
@@ -395,7 +404,8 @@ class TxnPrimary:
         single = bool(body.get("single", False))
         txn = self._txns.get(txn_id)
         wanted = [(int(p["table_id"]), int(p["partition"])) for p in body["parts"]]
-        if txn is None or txn.aborted or any(k not in txn.parts for k in wanted):
+        restarted = any(p.get("epoch", self.epoch) != self.epoch for p in body["parts"])
+        if txn is None or txn.aborted or restarted or any(k not in txn.parts for k in wanted):
             await self._abort_local(txn_id)
             raise fail(
                 errors.TXN_ABORTED,
@@ -464,6 +474,7 @@ class TxnPrimary:
     async def _abort_local(self, txn_id: str) -> None:
         txn = self._txns.get(txn_id)
         if txn is None:
+            self._finish(txn_id)  # an op still on its way must not start the txn afresh
             return
         txn.aborted = True
         for key in list(txn.prepared):
@@ -473,6 +484,9 @@ class TxnPrimary:
     def _finish(self, txn_id: str) -> None:
         self._txns.pop(txn_id, None)
         self.locks.release_all(txn_id)
+        self._ended[txn_id] = None
+        while len(self._ended) > ENDED_MEMORY:
+            self._ended.popitem(last=False)
 
     # -- in-doubt resolution ---------------------------------------------------------------
     async def resolve(self, ask: Callable[[str, str], Awaitable[dict[str, Any]]]) -> None:

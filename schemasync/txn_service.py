@@ -192,8 +192,26 @@ class TxnService:
         ts = body.get("ts")
         if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool)):
             raise errors.invalid_request("ts must be an HLC integer or null")
+        if ts is None:
+            await self._sync_clocks()
         at = self.ctx.hlc.now() if ts is None else ts
         return at, await completed_catalog(self.ctx, at, "read")
+
+    async def _sync_clocks(self) -> None:
+        """Hear from every reachable node first: each reply moves our HLC past that node's,
+        so a read at our now() is after every commit those nodes acknowledged (clock skew
+        would otherwise let a final read miss an acknowledged write)."""
+
+        async def ping(node: str) -> None:
+            try:
+                await self.call(node, "txnp.oldest", {}, 1.0)
+            except SchemaSyncError as e:
+                log.info("read: %s did not answer the clock sync: %s", node, e.message)
+
+        async with asyncio.TaskGroup() as tg:
+            for node in sorted(self.ctx.config.nodes):
+                if node != self.ctx.name:
+                    tg.create_task(ping(node))
 
     async def read_table(self, body: dict[str, Any]) -> dict[str, Any]:
         """Every row of a table at ts (default now), with the schema version active there."""

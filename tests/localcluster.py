@@ -203,6 +203,7 @@ class LocalCluster:
                     raise RuntimeError(
                         f"{name} exited with {proc.returncode}:"
                         f" {(self.root / name / 'stdio.log').read_text()[-2000:]}"
+                        f" {self.log_text(name)[-3000:]}"
                     )
                 try:
                     st = await self.status(name, 1.0)

@@ -1,4 +1,4 @@
-"""The history recorder: contract fields, pairing rules, thread safety, a valid prefix after kill."""
+"""The history recorder: contract fields, pairing, thread safety, a valid prefix after a kill."""
 
 from __future__ import annotations
 

@@ -213,6 +213,33 @@ def test_without_safe_time_wait_an_inhibited_learner_answers_the_old_version(
 
 
 @pytest.mark.cluster
+def test_no_ack_wait_acknowledges_before_the_floor_and_reads_go_stale(tmp_path: Path) -> None:
+    """The ack check above can fail: with ``no-ack-wait`` the same checks catch the bug."""
+
+    async def go(c: LocalCluster) -> None:
+        client = await c.client("n4")
+        await client.ddl("CREATE TABLE t (a INT32)")
+        stale = 0
+        for i in range(3):
+            reply = await client.ddl(f"ALTER TABLE t ADD COLUMN early{i} INT32")
+            assert client.last_reply_hlc < ceil_ms(add_ms(reply["activation_ts"], CSMAX_MS))
+            other = await c.client("n5")
+            stale += (await other.probe("t", None))["catalog_version"] < reply["catalog_version"]
+            await other.close()
+        await client.close()
+        assert stale >= 1, "an early ack should let a null-ts probe miss the DDL"
+
+    with LocalCluster(
+        tmp_path,
+        base_addr="127.0.2",
+        host_offset=20,
+        config_overrides=SETTINGS,
+        toggles=["no-ack-wait"],
+    ) as c:
+        asyncio.run(go(c))
+
+
+@pytest.mark.cluster
 def test_timestamp_far_ahead_is_counted_not_rejected(cluster: LocalCluster) -> None:
     host = cluster.hosts["n3"]
     ahead = make_ts(wall_ms() + CSMAX_MS + 200)

@@ -174,3 +174,55 @@ async def _learner_catch_up(c: LocalCluster) -> None:
         await cl.close()
     assert {a["catalog_version"] for a in answers} == {reference[-1]["catalog_version"]}
     assert len({repr(a["columns"]) for a in answers}) == 1
+
+
+async def _lone_restart(c: LocalCluster, node: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stop the whole cluster, start ``node`` alone (no leader can exist): (status before the
+    stop, status after the restart)."""
+    client = await c.client("n1")
+    await client.ddl("CREATE TABLE lone (a INT32)")
+    await client.close()
+    await wait_caught_up(c, node, (await c.status("n1"))["catalog_version"], 10)
+    before = await c.status(node)
+    for name in c.names:
+        c.kill(name)
+    c.start(node)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return before, await c.status(node, 1.0)
+        except SchemaSyncError:
+            assert time.monotonic() < deadline, "restarted node never answered"
+            await asyncio.sleep(0.1)
+
+
+def test_safe_time_is_recovered_on_restart(cluster: LocalCluster) -> None:
+    """Runs last in this module: it stops the cluster."""
+
+    async def go() -> None:
+        before, after = await _lone_restart(cluster, "n4")
+        assert after["leader"] is None
+        assert after["safe_ts"] >= before["safe_ts"] > 0
+        assert after["catalog_version"] == before["catalog_version"]
+        # Schema use below the recovered safe time needs no leader.
+        client = await cluster.client("n4")
+        answer = await client.probe("lone", after["safe_ts"])
+        await client.close()
+        assert answer["catalog_version"] == before["catalog_version"]
+
+    asyncio.run(go())
+
+
+def test_no_safe_time_recovery_restarts_safe_time_from_zero(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with LocalCluster(
+        tmp_path_factory.mktemp("norecovery"),
+        base_addr="127.0.2",
+        host_offset=20,
+        toggles=["no-safe-time-recovery"],
+    ) as c:
+        before, after = asyncio.run(_lone_restart(c, "n4"))
+    assert before["safe_ts"] > 0
+    assert after["safe_ts"] == 0
+    assert after["catalog_version"] == before["catalog_version"]

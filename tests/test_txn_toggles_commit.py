@@ -1,6 +1,7 @@
 """Bug toggles `no-commit-validation` and `local-schema-at-commit`: the broken behaviour shows.
 
-DD is 1 s here so that a commit can land between a DDL's apply and its activation.
+DD is 1 s here so that a commit can land between a DDL's apply and its activation. The cluster
+also runs `base_ts = "begin"` (Ignite's simplification), whose behaviour is pinned here too.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ import asyncio
 
 import pytest
 
-from schemasync.txn_client import Transaction
+from schemasync.txn_client import Transaction, TxnFailed
 from tests.localcluster import LocalCluster
 from tests.test_txn_support import cluster_fixture, connect, probe_version, run
 
 pytestmark = pytest.mark.cluster
 
 cluster = cluster_fixture(
-    ("no-commit-validation", "local-schema-at-commit"), delay_duration_ms=1000
+    ("no-commit-validation", "local-schema-at-commit"), delay_duration_ms=1000, base_ts="begin"
 )
 
 
@@ -57,6 +58,27 @@ def test_local_schema_at_commit_reports_a_version_not_active_at_commit_ts(
         assert active == 1
         reported = {p["commit_schema_version"] for p in value["participants"]}
         assert reported == {2}  # participants used their newest catalog, not the one at ts
+        await c.close()
+        await admin.close()
+
+    run(main())
+
+
+def test_base_ts_begin_aborts_on_an_alter_before_the_first_touch(cluster: LocalCluster) -> None:
+    async def main() -> None:
+        c, admin = await connect(cluster, "n3"), await connect(cluster, "n1")
+        await admin.ddl("CREATE TABLE q1 (v INT32)")
+        txn = await Transaction(c).begin()
+        created = await admin.ddl("CREATE TABLE q2 (v INT32)")
+        await admin.ddl("ALTER TABLE q1 ADD COLUMN w INT32")
+        # A table created after begin is enlisted at its creation: max(begin_ts, creation).
+        await txn.put("q2", 1, {"v": 1})
+        assert txn.tables["q2"]["base_ts"] == created["activation_ts"]
+        # With base_ts = begin, I of q1 is its version at begin_ts: the first op aborts.
+        with pytest.raises(TxnFailed) as failed:
+            await txn.put("q1", 1, {"v": 1})
+        assert failed.value.code == "INCOMPATIBLE_SCHEMA"
+        assert failed.value.value["tables"]["q1"] == {"base_ts": txn.begin_ts, "schema_version": 1}
         await c.close()
         await admin.close()
 

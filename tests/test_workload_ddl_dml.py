@@ -41,7 +41,10 @@ class CatalogOracle:
         except DdlInvalid as e:
             return {"type": "fail", "error": {"code": e.code, "message": e.message}}
         self._drive_indexes()
-        return {"type": "ok", "value": {"catalog_version": cat.version, "activation_ts": cat.activation_ts}}
+        return {
+            "type": "ok",
+            "value": {"catalog_version": cat.version, "activation_ts": cat.activation_ts},
+        }
 
     def _drive_indexes(self) -> None:
         for table in list(self.latest.tables.values()):
@@ -61,7 +64,11 @@ class CatalogOracle:
 
 
 def drive(
-    gen: DdlDmlWorkload, oracle: CatalogOracle, requests: int, concurrency: int, info_share: float = 0.0
+    gen: DdlDmlWorkload,
+    oracle: CatalogOracle,
+    requests: int,
+    concurrency: int,
+    info_share: float = 0.0,
 ) -> dict:
     """Run the generator against the oracle; returns what was issued and how it went."""
     rng = random.Random(5)
@@ -73,7 +80,8 @@ def drive(
             continue
         if op.f == "ddl":
             if info_share and rng.random() < info_share:
-                outcome = oracle.ddl(op.value["stmt"]) if rng.random() < 0.5 else {}
+                if rng.random() < 0.5:  # unknown outcome: half of them did apply
+                    oracle.ddl(op.value["stmt"])
                 completion = {"type": "info", "value": op.value, "error": {"code": "TIMEOUT"}}
             else:
                 completion = oracle.ddl(op.value["stmt"])

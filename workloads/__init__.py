@@ -10,8 +10,8 @@ from typing import Any
 
 from workloads.generator import Generator, Op
 
-WORKLOADS: tuple[str, ...] = ("ddl-dml", "index")
 ALIASES: Mapping[str, str] = {"schema-txn": "ddl-dml", "default": "ddl-dml"}
+WORKLOADS: tuple[str, ...] = ("ddl-dml", "index", *ALIASES)
 
 
 def build_generator(
@@ -27,7 +27,7 @@ def build_generator(
         from workloads import index_workload
 
         return index_workload.build(seed, concurrency, options)
-    raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+    raise ValueError(f"unknown workload {workload!r} (known: ddl-dml, index)")
 
 
 __all__ = ["WORKLOADS", "Generator", "Op", "build_generator"]

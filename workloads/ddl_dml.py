@@ -9,7 +9,9 @@ can tell which write a read saw; rows follow the model's schema, the client's vi
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -171,7 +173,7 @@ class DmlGen(GeneratorBase):
         self._rng = rng
         self._opts = opts
         self._kinds = list(opts.op_weights)
-        self._kind_weights = [float(opts.op_weights[k]) for k in self._kinds]
+        self._kind_cum = list(itertools.accumulate(float(opts.op_weights[k]) for k in self._kinds))
         self._write_seq = 0
 
     def next_op(self, process: int, now_s: float) -> NextOp:
@@ -191,8 +193,9 @@ class DmlGen(GeneratorBase):
 
     def _micro(self, table: TableModel, now_s: float, allow_ix: bool) -> dict:
         rng = self._rng
-        kind = rng.choices(self._kinds, self._kind_weights)[0]
-        key = rng.randrange(self._opts.keys_per_table)
+        # bisect over cumulative weights: what rng.choices does, without its per-call set-up
+        kind = self._kinds[bisect.bisect(self._kind_cum, rng.random() * self._kind_cum[-1])]
+        key = int(rng.random() * self._opts.keys_per_table)
         if kind == "ix":
             lookup = self._lookup(table, now_s) if allow_ix else None
             if lookup is not None:

@@ -2,8 +2,8 @@
 
 The history is the single interface between running and checking (shared/spec/history.md), so
 the recorder is the one writer of `history.jsonl`: it assigns `index` and `time`, writes every
-event at once with one write(2) (a SIGKILLed controller leaves a readable prefix) and fsyncs
-at most every ~100 ms.
+event at once with one write(2) (a SIGKILLed controller leaves a readable prefix), and a
+background thread fsyncs it at most every ~100 ms.
 It also enforces Jepsen's process rules, so a broken workload fails loudly instead of writing a
 history the checker would reject: one outstanding op per process, a completion only after an
 invoke, and no invoke from a process whose last op ended in `info`.
@@ -40,7 +40,10 @@ class HistoryRecorder:
             raise HistoryError(f"{self.path} already holds events; a run writes a fresh history")
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._index = 0
-        self._last_fsync_ns = time.monotonic_ns()
+        self._dirty = False
+        self._stop_sync = threading.Event()
+        self._syncer = threading.Thread(target=self._sync_loop, name="history-fsync", daemon=True)
+        self._syncer.start()
         self._open: dict[int, str] = {}  # process -> f of its outstanding invoke
         self._crashed: set[int] = set()
         self._max_process = -1
@@ -125,8 +128,10 @@ class HistoryRecorder:
             if self._closed:
                 return
             self._closed = True
-            os.fsync(self._fd)
-            os.close(self._fd)
+        self._stop_sync.set()
+        self._syncer.join()
+        os.fsync(self._fd)
+        os.close(self._fd)
 
     def __enter__(self) -> HistoryRecorder:
         return self
@@ -148,10 +153,19 @@ class HistoryRecorder:
         while written < len(data):
             written += os.write(self._fd, data[written:])
         self._index += 1
-        if now - self._last_fsync_ns >= FSYNC_INTERVAL_NS:
-            os.fsync(self._fd)
-            self._last_fsync_ns = now
+        self._dirty = True
         return event
+
+    def _sync_loop(self) -> None:
+        """fsync at most every FSYNC_INTERVAL_NS, off the writers' path: a slow disk must not
+        stall the event loop that records client ops."""
+        while not self._stop_sync.wait(FSYNC_INTERVAL_NS / 1e9):
+            if self._dirty:
+                self._dirty = False
+                try:
+                    os.fsync(self._fd)
+                except OSError:
+                    return  # closed under us: close() does the last fsync
 
     def _note_ts(self, value: dict) -> None:
         for name in _TS_FIELDS:

@@ -34,6 +34,7 @@ DEFAULT_OP_TIMEOUTS_S: Mapping[str, float] = {
 CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 2.0
 RETRY_CONNECT_S = 1.0
+UNREACHABLE_BACKOFF_S = 0.05
 IDLE_SLEEP_S = 0.002
 _METHODS = {"ddl": "ddl", "txn": "txn", "probe": "probe", "final-read": "final_read"}
 
@@ -44,7 +45,7 @@ class RunStats:
     def __init__(self) -> None:
         self.by_f: dict[str, dict[str, int]] = {}
         self.invoked = 0
-        self.processes = 0
+        self.processes: set[int] = set()
 
     def count(self, f: str, outcome: str) -> None:
         per = self.by_f.setdefault(f, {"ok": 0, "fail": 0, "info": 0})
@@ -64,7 +65,7 @@ class RunStats:
             "invoked": self.invoked,
             **totals,
             "by_f": {f: dict(v) for f, v in sorted(self.by_f.items())},
-            "processes": self.processes,
+            "processes": len(self.processes),
             "elapsed_s": round(elapsed_s, 3),
             "ops_per_s": round(done / elapsed_s, 1) if elapsed_s > 0 else 0.0,
         }
@@ -135,6 +136,7 @@ async def run_clients(
                     raise RuntimeError(f"generator gave process {op.process} to {worker.process}")
                 await _perform(worker, op, open_client, recorder, generator, timeouts, stats)
                 report()
+                await asyncio.sleep(0)  # a client that answers at once must not starve the rest
         finally:
             await _close_all(worker)
 
@@ -142,7 +144,6 @@ async def run_clients(
     async with asyncio.TaskGroup() as tg:
         for w in workers:
             tg.create_task(work(w), name=f"worker-{w.process}")
-    stats.processes = sum(1 + (w.process - i) // concurrency for i, w in enumerate(workers))
     summary = stats.summary(time.monotonic() - start)
     if progress is not None:
         progress({"phase": "clients-done", **summary})
@@ -166,12 +167,14 @@ async def _perform(
     node, client, connect_error = await _client_for(worker, op, open_client)
     recorder.invoke(op.process, op.f, op.value)
     stats.invoked += 1
+    stats.processes.add(op.process)
     if client is None:
         # Never sent: the op certainly did not happen.
         error = {"code": "UNAVAILABLE", "message": connect_error, "retriable": True}
         completion = recorder.complete(op.process, "fail", op.f, op.value, node, error)
         stats.count(op.f, "fail")
         generator.observe(op, completion)
+        await asyncio.sleep(UNREACHABLE_BACKOFF_S)  # no busy loop on a node that is down
         return
     outcome: str
     value: dict | None

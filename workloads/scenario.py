@@ -30,7 +30,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 TOGGLES: tuple[str, ...] = (
@@ -62,7 +61,6 @@ ANOMALY_CLASSES: tuple[str, ...] = (
     "unavailability",
 )
 BACKENDS: tuple[str, ...] = ("auto", "docker", "local", "ssh")
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class ScenarioError(ValueError):
@@ -91,12 +89,12 @@ class Scenario:
     max_skew_ms: int = 500
     idle_safe_time_interval_ms: int = 250
     toggles: tuple[str, ...] = ()
-    target_config: Mapping[str, Any] = field(default=_EMPTY)
+    target_config: Mapping[str, Any] = field(default_factory=dict)
     nemesis: tuple[str, ...] = ()
     nemesis_interval_s: float = 10.0
-    nemesis_options: Mapping[str, Any] = field(default=_EMPTY)
+    nemesis_options: Mapping[str, Any] = field(default_factory=dict)
     workload: str = "ddl-dml"
-    workload_options: Mapping[str, Any] = field(default=_EMPTY)
+    workload_options: Mapping[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ()
 
     def run_options_fields(self) -> dict[str, Any]:
@@ -118,17 +116,29 @@ class Scenario:
             "idle_safe_time_interval_ms": self.idle_safe_time_interval_ms,
             "test_name": self.name,
             "target": self.target,
-            "target_config": dict(self.target_config),
-            "workload_options": dict(self.workload_options),
+            "target_config": json_plain(self.target_config),
+            "workload_options": json_plain(self.workload_options),
         }
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key in ("target_config", "nemesis_options", "workload_options"):
-            out[key] = dict(getattr(self, key))
-        for key in ("toggles", "nemesis", "expect"):
-            out[key] = list(getattr(self, key))
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping):
+                value = json_plain(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
         return out
+
+
+def json_plain(value: Any) -> Any:
+    """Mappings (read-only ones too) as dicts, tuples as lists, all the way down."""
+    if isinstance(value, Mapping):
+        return {str(k): json_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_plain(v) for v in value]
+    return value
 
 
 _TOP = {"name", "description", "seed", "time_limit_s", "concurrency", "backend", "expect"}
@@ -179,7 +189,7 @@ def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -
             values[_TARGET[key]] = raw
         else:
             extra[key] = raw
-    values["target_config"] = MappingProxyType(extra)
+    values["target_config"] = json_plain(extra)
 
     nemesis = data.get("nemesis", {})
     for key, raw in nemesis.items():
@@ -190,14 +200,14 @@ def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -
         elif key == "options":
             if not isinstance(raw, Mapping):
                 raise ScenarioError(where, "nemesis.options", "must be a table")
-            values["nemesis_options"] = MappingProxyType(dict(raw))
+            values["nemesis_options"] = json_plain(raw)
         else:
             raise ScenarioError(where, f"nemesis.{key}", "unknown key (kinds, interval_s, options)")
 
     workload = dict(data.get("workload", {}))
     if "name" in workload:
         values["workload"] = workload.pop("name")
-    values["workload_options"] = MappingProxyType(workload)
+    values["workload_options"] = json_plain(workload)
     return _checked(values, where)
 
 
@@ -270,9 +280,9 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     if values.get("voters", 3) > values.get("nodes", 5):
         raise ScenarioError(where, "voters", "more voters than nodes")
     delay = values.get("delay_ms", 500)
-    if 2 * values.get("idle_safe_time_interval_ms", 250) >= max(delay, 1) and delay > 0:
+    if 2 * values.get("idle_safe_time_interval_ms", 250) > delay > 0:
         raise ScenarioError(
-            where, "idle_safe_time_interval_ms", f"must stay below delay_ms/2 ({delay} ms)"
+            where, "idle_safe_time_interval_ms", f"must stay within delay_ms/2 ({delay} ms)"
         )
     if "workload" in values or "workload_options" in values:
         _check_workload(values, where)

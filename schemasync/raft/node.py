@@ -107,6 +107,7 @@ class RaftNode:
         self._next_index: dict[str, int] = {}
         self._match_index: dict[str, int] = {}
         self._last_ack: dict[str, float] = {}
+        self._sent_commit: dict[str, int] = {}
         self._peer_wakeup: dict[str, asyncio.Event] = {}
         self._proposals: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._applied_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -114,6 +115,7 @@ class RaftNode:
         self._last_append = time.monotonic()
         self._leader_changed = asyncio.Event()
         self._last_stamp = 0  # greatest safe_ts in the log (or the snapshot under it)
+        self._flush_needed = asyncio.Event()
         self._recover()
 
     # ---- recovery -------------------------------------------------------------------------
@@ -135,6 +137,7 @@ class RaftNode:
             self.sm.apply(entry, replay=True)
             self.applied_index = entry.index
         self.commit_index = max(self.commit_index, self.applied_index)
+        self._durable_index = self.log.last_index
         log.info(
             "raft %s recovered: term %d, snapshot %d, log up to %d, applied %d",
             self.name,
@@ -186,6 +189,7 @@ class RaftNode:
         async with asyncio.TaskGroup() as tg:
             self._task_group = tg
             tg.create_task(self._apply_loop())
+            tg.create_task(self._flusher())
             if self.is_voter:
                 tg.create_task(self._election_timer())
 
@@ -202,7 +206,39 @@ class RaftNode:
                 continue
             await self._campaign()
 
+    async def _pre_vote(self) -> bool:
+        """Ask whether an election could be won before bumping the term (Raft §9.6), so a
+        voter cut off for a while does not depose a healthy leader when it comes back."""
+        self._election_deadline = self._new_deadline()
+        body = {
+            "term": self.term + 1,
+            "candidate": self.name,
+            "last_index": self.log.last_index,
+            "last_term": self.log.last_term,
+            "pre": True,
+        }
+        votes = {self.name}
+        timeout = self.election_timeout_ms[0] / 1000
+
+        async def ask(peer: str) -> None:
+            try:
+                reply = await self._rpc(peer, "raft.vote", body, timeout)
+            except SchemaSyncError:
+                return
+            if reply.get("granted"):
+                votes.add(peer)
+
+        async with asyncio.TaskGroup() as tg:
+            for peer in self.voters:
+                if peer != self.name:
+                    tg.create_task(ask(peer))
+        return len(votes) >= self._majority() and self.role != LEADER
+
     async def _campaign(self) -> None:
+        if not await self._pre_vote():
+            return
+        if time.monotonic() - self._last_heard < self.election_timeout_ms[0] / 1000:
+            return  # a leader showed up while we asked
         self.term += 1
         self.voted_for = self.name
         self._persist_hard_state()
@@ -253,6 +289,7 @@ class RaftNode:
                 self._match_index[peer] = 0
                 self._last_ack[peer] = now
                 self._peer_wakeup[peer] = asyncio.Event()
+        self._durable_index = self.log.last_index  # a follower fsyncs every append
         # A no-op of the new term commits every entry of earlier terms.
         self._append_local({"op": "noop"}, self.clock.now())
         assert self._task_group is not None
@@ -271,12 +308,15 @@ class RaftNode:
         if recently_heard or (self.role == LEADER and term > self.term and self._has_quorum()):
             # A live leader exists: a rejoining voter must not depose it (Raft §4.2.3).
             return {"term": self.term, "granted": False}
-        if term > self.term:
-            self._step_down(term)
         up_to_date = (body["last_term"], body["last_index"]) >= (
             self.log.last_term,
             self.log.last_index,
         )
+        if body.get("pre"):
+            # A pre-vote changes nothing here: would we vote in that term?
+            return {"term": self.term, "granted": term > self.term and up_to_date}
+        if term > self.term:
+            self._step_down(term)
         granted = (
             term == self.term
             and self.is_voter
@@ -328,12 +368,24 @@ class RaftNode:
             safe_ts = self.clock.update(self._last_stamp)
         self._last_stamp = max(self._last_stamp, safe_ts)
         entry = LogEntry(self.log.last_index + 1, self.term, safe_ts, cmd)
-        self.log.append([entry])
+        # Group commit: replicate at once, fsync once for every entry appended meanwhile; the
+        # leader counts itself toward the commit only for what is durable (Raft §10.2.1).
+        self.log.append([entry], sync=False)
+        self._flush_needed.set()
         self._last_append = time.monotonic()
         for event in self._peer_wakeup.values():
             event.set()
-        self._advance_commit()
         return entry
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush_needed.wait()
+            await asyncio.sleep(0)  # let proposals that arrived together join this fsync
+            self._flush_needed.clear()
+            last = self.log.last_index
+            self.log.sync()
+            self._durable_index = max(self._durable_index, last)
+            self._advance_commit()
 
     async def _replicate(self, peer: str, term: int) -> None:
         wakeup = self._peer_wakeup[peer]
@@ -347,8 +399,11 @@ class RaftNode:
             except SchemaSyncError:
                 await asyncio.sleep(self.heartbeat_s)
                 continue
-            if self._next_index[peer] <= self.log.last_index:
-                continue
+            if (
+                self._next_index[peer] <= self.log.last_index
+                or self._sent_commit.get(peer, 0) < self.commit_index
+            ):
+                continue  # more entries, or a commit index the peer has not heard yet
             wakeup.clear()
             try:
                 async with asyncio.timeout(self.heartbeat_s):
@@ -368,6 +423,7 @@ class RaftNode:
             "entries": [e.to_wire() for e in entries],
             "commit": self.commit_index,
         }
+        self._sent_commit[peer] = self.commit_index
         timeout = max(self.election_timeout_ms[0] / 1000, 0.2)
         reply = await self._rpc(peer, "raft.append", body, timeout)
         if reply["term"] > self.term:
@@ -417,13 +473,20 @@ class RaftNode:
         if self.role != LEADER:
             return
         matches = sorted(
-            (self.log.last_index if v == self.name else self._match_index.get(v, 0))
+            (
+                min(self._durable_index, self.log.last_index)
+                if v == self.name
+                else self._match_index.get(v, 0)
+            )
             for v in self.voters
         )
         candidate = matches[len(matches) - self._majority()]
         if candidate > self.commit_index and self.log.term_at(candidate) == self.term:
             self.commit_index = candidate
             self._commit_changed.set()
+            # Tell followers and learners at once, so their safe time does not wait a heartbeat.
+            for event in self._peer_wakeup.values():
+                event.set()
 
     # ---- follower / learner ----------------------------------------------------------------
 
@@ -581,10 +644,11 @@ class RaftNode:
                 continue
             try:
                 reply = await self._rpc(
-                    leader, "raft.forward", {"cmd": cmd}, self.election_timeout_ms[1] / 1000 * 4
+                    leader, "raft.forward", {"cmd": cmd}, self.election_timeout_ms[1] / 1000 * 2
                 )
             except SchemaSyncError as e:
-                if e.code != errors.UNAVAILABLE:
+                # Commands are idempotent (DDL carries a request id), so resending is safe.
+                if e.code not in (errors.UNAVAILABLE, errors.TIMEOUT):
                     raise
                 if self.leader == leader:
                     await asyncio.sleep(self.heartbeat_s)

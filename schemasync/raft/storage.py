@@ -130,8 +130,9 @@ class RaftLog:
         if index <= self.last_index:
             del self.entries[max(0, index - self.base_index - 1) :]
 
-    def append(self, entries: list[LogEntry]) -> None:
-        """Append and fsync; entries must continue the log."""
+    def append(self, entries: list[LogEntry], sync: bool = True) -> None:
+        """Append (and fsync unless ``sync`` is False: then call ``sync()`` before relying on
+        it); entries must continue the log."""
         if not entries:
             return
         buf = bytearray()
@@ -142,6 +143,10 @@ class RaftLog:
             buf += _record(["e", e.to_wire()])
         self._file.write(buf)
         self._file.flush()
+        if sync:
+            os.fsync(self._file.fileno())
+
+    def sync(self) -> None:
         os.fsync(self._file.fileno())
 
     def truncate_from(self, index: int) -> None:

@@ -1,0 +1,631 @@
+"""Synthetic run directories from a model of a correct cluster, with one injectable fault per
+anomaly class: the property test's and the benchmark's source of histories.
+
+The model follows system.md: catalog versions activate DD after their Meta Storage time, a DDL is
+acknowledged once the clock passed activation + CSmax, txns take I at enlist, fail an op whose
+table version moved (option 3), and fail a commit across a change that `schemasync.compat`
+judges not forward compatible. A scripted tail after the random workload sets up every class's
+near-miss (a txn begun before a DDL ack, probes just before and after an activation, ...) and is
+where a requested fault is injected, so a correct history must pass and a faulty one must fail.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schemasync.compat import forward_compatible_json
+
+FAULTS = (
+    "ap-violation",
+    "mixed-schema-commit",
+    "transborder-op",
+    "incompatible-commit",
+    "stale-schema-read",
+    "schema-conformance",
+    "lost-write",
+    "lost-ddl",
+    "index-missing",
+    "index-orphan",
+    "activation-order",
+)
+# A mixed commit reports a participant version that is not tsv, which is also an AP violation.
+IMPLIED = {"mixed-schema-commit": {"ap-violation"}}
+
+MS = 1_000_000  # ns
+NODES = ("n1", "n2", "n3")
+PARTITIONS = 4
+DD_MS = 500
+CSMAX_MS = 500
+START_WALL_MS = 1_700_000_000_000
+
+
+def expected_classes(fault: str | None) -> set[str]:
+    """The classes the checker must report for a history with `fault` injected."""
+    if fault is None:
+        return set()
+    return {fault} | IMPLIED.get(fault, set())
+
+
+@dataclass
+class _Txn:
+    process: int
+    node: str
+    t: int
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)
+    writes: list[tuple[int, int, dict[int, Any] | None]] = field(default_factory=list)
+    touched: set[tuple[str, int]] = field(default_factory=set)
+
+
+class ClusterModel:
+    """A correct cluster as a pure simulation; events are recorded with controller time."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.records: list[tuple[int, int, dict[str, Any]]] = []
+        self.seq = 0
+        self.catalog: list[dict[str, Any]] = [
+            {
+                "catalog_version": 1,
+                "activation_ts": 0,
+                "safe_ts": 0,
+                "delay_ms": DD_MS,
+                "ddl": "",
+                "tables": {},
+            }
+        ]
+        self.acts = [0]
+        self.incompat: dict[int, list[int]] = {}  # table id -> versions of incompatible steps
+        self.store: dict[tuple[int, int], dict[int, Any]] = {}
+        self.next_process = 0
+        self.next_table_id = 1
+        self.next_column_id = 1
+        self.txn_counter = 0
+        self.last_ack_t = 0
+        self.pending: list[tuple[int, int, list]] = []
+
+    # -- clock and catalog ----------------------------------------------------------------------
+    @staticmethod
+    def ts(t_ns: int) -> int:
+        wall_ns = START_WALL_MS * MS + t_ns
+        return ((wall_ns // MS) << 16) | ((wall_ns % MS) * 65535 // MS)
+
+    @staticmethod
+    def time_of(ts: int) -> int:
+        return ((ts >> 16) - START_WALL_MS) * MS + ((ts & 0xFFFF) * MS + 65534) // 65535
+
+    def cat_at(self, ts: int) -> dict[str, Any]:
+        return self.catalog[bisect.bisect_right(self.acts, ts) - 1]
+
+    def latest(self) -> dict[str, Any]:
+        return self.catalog[-1]
+
+    def process(self) -> int:
+        self.next_process += 1
+        return self.next_process - 1
+
+    def emit(self, t: int, event: dict[str, Any]) -> None:
+        self.records.append((t, self.seq, event))
+        self.seq += 1
+
+    def add_version(self, t: int, ddl: str, tables: dict[str, Any]) -> dict[str, Any]:
+        """Append catalog version v+1 made at controller time t; activation = Tm + DD."""
+        tm = self.ts(t)
+        act = max(tm + (DD_MS << 16), self.acts[-1] + 1)
+        prev = self.latest()
+        line = {
+            "catalog_version": prev["catalog_version"] + 1,
+            "activation_ts": act,
+            "safe_ts": tm,
+            "delay_ms": DD_MS,
+            "ddl": ddl,
+            "tables": tables,
+        }
+        for name, old in prev["tables"].items():
+            new_name, new = next(
+                ((n, x) for n, x in tables.items() if x["id"] == old["id"]), (None, None)
+            )
+            if not forward_compatible_json(old, new, True, (), old_name=name, new_name=new_name):
+                self.incompat.setdefault(old["id"], []).append(line["catalog_version"])
+        self.catalog.append(line)
+        self.acts.append(act)
+        return line
+
+    def ddl(
+        self, t: int, stmt: str, table: str, kind: str, tables: dict[str, Any], node: str = "n1"
+    ) -> tuple[dict[str, Any], int, int]:
+        """Invoke at t, version made at t + 1 ms, ack once HLC > ceil(activation + CSmax)."""
+        p = self.process()
+        self.emit(t, {"type": "invoke", "process": p, "f": "ddl",
+                      "value": {"stmt": stmt, "table": table, "kind": kind}})
+        line = self.add_version(t + MS, stmt, tables)
+        ack_t = self.time_of(line["activation_ts"] + (CSMAX_MS << 16)) + 2 * MS
+        event = {"type": "ok", "process": p, "f": "ddl", "node": node,
+                 "value": {"stmt": stmt, "table": table, "kind": kind,
+                           "catalog_version": line["catalog_version"],
+                           "activation_ts": line["activation_ts"]}}
+        self.emit(ack_t, event)
+        self.last_ack_t = max(self.last_ack_t, ack_t)
+        return line, ack_t, len(self.records) - 1
+
+    def tables_copy(self) -> dict[str, Any]:
+        return copy.deepcopy(self.latest()["tables"])
+
+    def column(self, name: str, type_: str, nullable: bool = True, default: Any = None) -> dict:
+        self.next_column_id += 1
+        return {"id": self.next_column_id - 1, "name": name, "type": type_,
+                "nullable": nullable, "default": default}
+
+    def bump(self, tables: dict[str, Any], name: str) -> dict[str, Any]:
+        tables[name]["schema_version"] += 1
+        return tables[name]
+
+    # -- values ---------------------------------------------------------------------------------
+    def value(self, type_: str) -> Any:
+        r = self.rng
+        if type_ in ("INT32", "INT64"):
+            return r.randint(-1000, 1000)
+        if type_.startswith("VARCHAR"):
+            return "v" + str(r.randint(0, 99999))
+        if type_.startswith("DECIMAL"):
+            return f"{r.randint(0, 9999)}.{r.randint(0, 99):02d}"
+        if type_ == "BOOLEAN":
+            return r.random() < 0.5
+        return r.randint(0, 10**12)
+
+    def row_for(self, table: dict[str, Any]) -> dict[str, Any]:
+        return {c["name"]: self.value(c["type"]) for c in table["columns"]}
+
+    @staticmethod
+    def upgrade(stored: dict[int, Any], table: dict[str, Any]) -> dict[str, Any]:
+        return {c["name"]: stored.get(c["id"], c.get("default")) for c in table["columns"]}
+
+    @staticmethod
+    def partition(key: int) -> int:
+        import zlib
+
+        return zlib.crc32(key.to_bytes(8, "big", signed=True)) % PARTITIONS
+
+    @staticmethod
+    def primary(table_id: int, partition: int) -> str:
+        return NODES[(table_id + partition) % len(NODES)]
+
+    # -- transactions -----------------------------------------------------------------------------
+    def begin(self, t: int, node: str, process: int | None = None, ops: Iterable[dict] = ()) -> _Txn:
+        p = self.process() if process is None else process
+        self.txn_counter += 1
+        txn = _Txn(p, node, t)
+        self.emit(t, {"type": "invoke", "process": p, "f": "txn",
+                      "value": {"ops": [dict(o) for o in ops]}})
+        return txn
+
+    def op(self, txn: _Txn, t: int, op: str, table: str, key: int,
+           row: dict[str, Any] | None = None, force: bool = False) -> bool:
+        """Run one micro-op at controller time t; False if it failed (the txn is then over)."""
+        op_ts = self.ts(t)
+        cat = self.cat_at(op_ts)
+        if table not in txn.tables:
+            tbl = cat["tables"].get(table)
+            if tbl is None:
+                self.finish(txn, t, "fail", error=("TABLE_NOT_FOUND", f"no table {table}"))
+                return False
+            txn.tables[table] = {"base_ts": op_ts, "schema_version": tbl["schema_version"]}
+            txn.ids[table] = tbl["id"]
+        now_tbl = cat["tables"].get(table)
+        rec: dict[str, Any] = {"op": op, "table": table, "key": key, "op_ts": op_ts,
+                               "node": self.primary(txn.ids[table], self.partition(key)),
+                               "schema_version": None if now_tbl is None else now_tbl["schema_version"]}
+        if row is not None:
+            rec["row"] = row
+        if now_tbl is None or now_tbl["id"] != txn.ids[table]:
+            rec["result"] = None
+            txn.ops.append(rec)
+            self.finish(txn, t, "fail", error=("TABLE_DROPPED", f"{table} was dropped"))
+            return False
+        if now_tbl["schema_version"] != txn.tables[table]["schema_version"] and not force:
+            rec["result"] = None
+            txn.ops.append(rec)
+            self.finish(txn, t, "fail", error=("INCOMPATIBLE_SCHEMA", f"{table} changed"))
+            return False
+        i_tbl = self.table_version(txn.ids[table], txn.tables[table]["base_ts"])
+        if op == "r":
+            stored = self.store.get((txn.ids[table], key))
+            rec["result"] = None if stored is None else self.upgrade(stored, i_tbl)
+        elif op == "w":
+            assert row is not None
+            by_id = {c["id"]: row[c["name"]] for c in i_tbl["columns"] if c["name"] in row}
+            txn.writes.append((txn.ids[table], key, by_id))
+            rec["result"] = None
+        elif op == "d":
+            txn.writes.append((txn.ids[table], key, None))
+            rec["result"] = None
+        txn.touched.add((table, self.partition(key)))
+        txn.ops.append(rec)
+        return True
+
+    def table_version(self, table_id: int, ts: int) -> dict[str, Any]:
+        cat = self.cat_at(ts)
+        return next(t for t in cat["tables"].values() if t["id"] == table_id)
+
+    def commit(self, txn: _Txn, t: int, force: bool = False, outcome: str = "ok") -> bool:
+        commit_ts = self.ts(t)
+        cat = self.cat_at(commit_ts)
+        ok = True
+        for name, info in txn.tables.items():
+            tid = txn.ids[name]
+            if not any(x["id"] == tid for x in cat["tables"].values()):
+                ok = False
+            base_v = self.cat_at(info["base_ts"])["catalog_version"]
+            if any(base_v < v <= cat["catalog_version"] for v in self.incompat.get(tid, ())):
+                ok = False
+        participants = []
+        for name, part in sorted(txn.touched):
+            tbl = cat["tables"].get(name)
+            participants.append({"node": self.primary(txn.ids[name], part), "table": name,
+                                 "partition": part,
+                                 "commit_schema_version": None if tbl is None else tbl["schema_version"]})
+        if not ok and not force:
+            self.finish(txn, t, "fail", commit_ts=commit_ts, participants=participants,
+                        error=("INCOMPATIBLE_SCHEMA", "a change since base_ts is not forward compatible"))
+            return False
+        if outcome == "ok" or self.rng.random() < 0.5:
+            # Applied in commit order by flush(): txns are simulated in start order.
+            self.pending.append((commit_ts, self.seq, txn.writes))
+        err = None if outcome == "ok" else ("TIMEOUT", "commit reply lost")
+        self.finish(txn, t, outcome, commit_ts=commit_ts, participants=participants, error=err)
+        return True
+
+    def finish(self, txn: _Txn, t: int, typ: str, commit_ts: int | None = None,
+               participants: list | None = None, error: tuple[str, str] | None = None) -> None:
+        value = {"txn_id": f"{self.seed:x}-{self.txn_counter:x}", "begin_ts": self.ts(txn.t),
+                 "commit_ts": commit_ts, "ops": txn.ops, "tables": txn.tables,
+                 "participants": participants or []}
+        ev: dict[str, Any] = {"type": typ, "process": txn.process, "f": "txn",
+                              "node": txn.node, "value": value}
+        if error is not None:
+            ev["error"] = {"code": error[0], "message": error[1],
+                           "retriable": error[0] != "TABLE_DROPPED"}
+        self.emit(t, ev)
+        txn.t = -1
+
+    def probe(self, t: int, node: str, table: str | None, ts: int | None = None,
+              answer: dict[str, Any] | None = None) -> dict[str, Any]:
+        p = self.process()
+        self.emit(t, {"type": "invoke", "process": p, "f": "probe",
+                      "value": {"table": table, "ts": ts}})
+        at = ts if ts is not None else self.ts(t + MS)
+        cat = self.cat_at(at)
+        tbl = cat["tables"].get(table) if table else None
+        value = {"ts": at, "catalog_version": cat["catalog_version"],
+                 "table_schema_version": None if tbl is None else tbl["schema_version"],
+                 "columns": None if tbl is None else tbl["columns"]}
+        if answer:
+            value.update(answer)
+        self.emit(t + 2 * MS, {"type": "ok", "process": p, "f": "probe", "node": node,
+                               "value": value})
+        return value
+
+    def flush(self) -> None:
+        """Apply committed writes to the store in commit_ts order."""
+        for _, _, writes in sorted(self.pending, key=lambda p: (p[0], p[1])):
+            for tid, key, by_id in writes:
+                if by_id is None:
+                    self.store.pop((tid, key), None)
+                else:
+                    self.store[(tid, key)] = dict(by_id)
+        self.pending.clear()
+
+    # -- output -----------------------------------------------------------------------------------
+    def final_reads(self, t: int, drop_entry: bool = False, orphan_entry: bool = False) -> int:
+        self.flush()
+        ts = self.ts(t)
+        cat = self.cat_at(ts)
+        for name, tbl in sorted(cat["tables"].items()):
+            rows = sorted((k, self.upgrade(v, tbl)) for (tid, k), v in self.store.items()
+                          if tid == tbl["id"])
+            p = self.process()
+            self.emit(t, {"type": "invoke", "process": p, "f": "final-read",
+                          "value": {"table": name}})
+            self.emit(t + MS, {"type": "ok", "process": p, "f": "final-read", "node": "n1",
+                               "value": {"table": name, "ts": ts,
+                                         "schema_version": tbl["schema_version"],
+                                         "rows": [{"key": k, "row": r} for k, r in rows]}})
+            t += 2 * MS
+            for idx in tbl.get("indexes", []):
+                if idx["state"] != "AVAILABLE":
+                    continue
+                entries = [{"key": k, "values": {c: r.get(c) for c in idx["columns"]}}
+                           for k, r in rows]
+                if drop_entry and entries:
+                    entries = entries[1:]
+                if orphan_entry:
+                    entries.append({"key": 999_999_999,
+                                    "values": {c: 1 for c in idx["columns"]}})
+                p = self.process()
+                self.emit(t, {"type": "invoke", "process": p, "f": "final-read",
+                              "value": {"table": name, "index": idx["name"]}})
+                self.emit(t + MS, {"type": "ok", "process": p, "f": "final-read", "node": "n2",
+                                   "value": {"table": name, "index": idx["name"], "ts": ts,
+                                             "entries": entries}})
+                t += 2 * MS
+        return t
+
+    def write(self, run_dir: Path, clock: str = "hlc") -> int:
+        """Write history.jsonl, catalog.jsonl and run.json; returns the number of events."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.records.sort(key=lambda r: (r[0], r[1]))
+        with open(run_dir / "history.jsonl", "w", encoding="utf-8") as f:
+            chunk = []
+            for i, (t, _, ev) in enumerate(self.records):
+                chunk.append(json.dumps({"index": i, "time": t, **ev}, separators=(",", ":")))
+                if len(chunk) >= 10000:
+                    f.write("\n".join(chunk) + "\n")
+                    chunk = []
+            if chunk:
+                f.write("\n".join(chunk) + "\n")
+        with open(run_dir / "catalog.jsonl", "w", encoding="utf-8") as f:
+            for line in self.catalog:
+                f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        run = {
+            "test": "synthetic", "seed": self.seed, "backend": "local", "target": "synthetic",
+            "clock": clock, "nodes": list(NODES), "voters": list(NODES), "learners": [],
+            "config": {"delay_duration_ms": DD_MS, "max_clock_skew_ms": CSMAX_MS,
+                       "idle_safe_time_interval_ms": 250, "toggles": [],
+                       "rename_column_compatible": True},
+            "nemesis": {"kinds": ["partition"]}, "workload": {"name": "synthetic"},
+            "start_wall_ms": START_WALL_MS, "harness_version": "synth",
+        }
+        (run_dir / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+        return len(self.records)
+
+
+def generate_run(run_dir: Path, seed: int, events: int = 400, fault: str | None = None,
+                 clock: str = "hlc") -> int:
+    """Write a run directory of about `events` events (at least the scripted tail's ~150)."""
+    if fault is not None and fault not in FAULTS:
+        raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
+    m = ClusterModel(seed)
+    t = _setup(m)
+    t = _workload(m, t, events)
+    t = _tail(m, t, fault)
+    m.write(run_dir, clock)
+    return len(m.records)
+
+
+def _setup(m: ClusterModel) -> int:
+    t = 10 * MS
+    for name in ("t1", "t2", "t3"):
+        tables = m.tables_copy()
+        tables[name] = {"id": m.next_table_id, "name": name, "schema_version": 1,
+                        "columns": [m.column("c1", "INT32"),
+                                    m.column("c2", "VARCHAR(16)", False, "x"),
+                                    m.column("c3", "DECIMAL(10,2)")],
+                        "indexes": []}
+        m.next_table_id += 1
+        stmt = f"CREATE TABLE {name} (c1 INT32, c2 VARCHAR(16) NOT NULL DEFAULT 'x', c3 DECIMAL(10,2))"
+        _, ack, _ = m.ddl(t, stmt, name, "create_table", tables)
+        t = ack + MS
+    tables = m.tables_copy()
+    m.bump(tables, "t1")["indexes"] = [{"id": 100, "name": "i1", "columns": ["c1"],
+                                        "state": "REGISTERED"}]
+    _, ack, _ = m.ddl(t, "CREATE INDEX i1 ON t1 (c1)", "t1", "create_index", tables)
+    for state in ("BUILDING", "AVAILABLE"):
+        tables = m.tables_copy()
+        m.bump(tables, "t1")["indexes"][0]["state"] = state
+        line = m.add_version(ack, f"ALTER INDEX i1 SET STATE {state}", tables)
+        ack = m.time_of(line["activation_ts"]) + MS
+    m.emit(ack, {"type": "info", "process": "nemesis", "f": "start-partition",
+                 "value": {"groups": [["n1", "n2"], ["n3"]]}})
+    return ack + MS
+
+
+def _workload(m: ClusterModel, t: int, events: int) -> int:
+    """Random txns and probes from 4 workers, a DDL every ~1.5 s, until `events` events."""
+    rng = m.rng
+    workers = [(t + i * MS, m.process()) for i in range(4)]
+    next_ddl = t + 300 * MS
+    n_added = 0
+    healed = False
+    budget = max(0, events - 160)
+    while len(m.records) < budget:
+        workers.sort()
+        start, proc = workers.pop(0)
+        # DDLs are made ahead of the longest txn, so every op sees the catalog of its ts.
+        while next_ddl <= start + 1500 * MS:
+            n_added = _random_ddl(m, next_ddl, n_added)
+            next_ddl += rng.randint(1200, 1800) * MS
+        if not healed and len(m.records) > budget // 2:
+            m.emit(start, {"type": "info", "process": "nemesis", "f": "stop-partition",
+                           "value": {}})
+            healed = True
+        node = NODES[rng.randrange(len(NODES))]
+        if rng.random() < 0.2:
+            table = f"t{rng.randint(1, 3)}"
+            passed = bisect.bisect_right(m.acts, m.ts(start)) - 1
+            if rng.random() < 0.5 and passed >= 1:
+                m.probe(start, node, table, m.acts[passed] + rng.choice((-1, 0, 1)))
+            else:
+                m.probe(start, node, table)
+            workers.append((start + 3 * MS, proc))
+            continue
+        end, proc = _random_txn(m, start, proc, node)
+        workers.append((end + MS, proc))
+    if not healed:
+        m.emit(t, {"type": "info", "process": "nemesis", "f": "stop-partition", "value": {}})
+    return max(max(w[0] for w in workers), m.last_ack_t) + 10 * MS
+
+
+def _random_ddl(m: ClusterModel, t: int, n: int) -> int:
+    rng = m.rng
+    table = f"t{rng.randint(2, 3)}" if rng.random() < 0.7 else "t1"
+    tables = m.tables_copy()
+    tbl = tables[table]
+    added = [c for c in tbl["columns"] if c["name"].startswith("a")]
+    choice = rng.random()
+    if not added or choice < 0.4:
+        col = m.column(f"a{n}", "INT32")
+        m.bump(tables, table)["columns"].append(col)
+        m.ddl(t, f"ALTER TABLE {table} ADD COLUMN a{n} INT32", table, "add_column", tables)
+        return n + 1
+    c = added[0]
+    m.bump(tables, table)
+    if choice < 0.55 and c["type"] == "INT32":
+        c["type"] = "INT64"
+        m.ddl(t, f"ALTER TABLE {table} ALTER COLUMN {c['name']} SET DATA TYPE INT64", table,
+              "alter_type", tables)
+    elif choice < 0.7:
+        old = c["name"]
+        c["name"] = f"a{n}"
+        m.ddl(t, f"ALTER TABLE {table} RENAME COLUMN {old} TO a{n}", table, "rename_column",
+              tables)
+        return n + 1
+    elif choice < 0.85:
+        tbl["columns"] = [x for x in tbl["columns"] if x["id"] != c["id"]]
+        m.ddl(t, f"ALTER TABLE {table} DROP COLUMN {c['name']}", table, "drop_column", tables)
+    else:
+        c2 = next(x for x in tbl["columns"] if x["name"] == "c2")
+        c2["default"] = f"d{n}"
+        m.ddl(t, f"ALTER TABLE {table} ALTER COLUMN c2 SET DEFAULT 'd{n}'", table,
+              "set_default", tables)
+        return n + 1
+    return n
+
+
+def _random_txn(m: ClusterModel, t: int, proc: int, node: str) -> tuple[int, int]:
+    rng = m.rng
+    n_ops = rng.randint(1, 3)
+    slow = rng.random() < 0.1
+    specs = []
+    cat0 = m.cat_at(m.ts(t))
+    for _ in range(n_ops):
+        table = f"t{rng.randint(1, 3)}"
+        key = rng.randint(0, 63)
+        kind = rng.choices(("r", "w", "d"), (5, 4, 1))[0]
+        tbl = cat0["tables"].get(table)
+        row = m.row_for(tbl) if (kind == "w" and tbl is not None) else None
+        specs.append((kind, table, key, row))
+    invoke_ops = [
+        {"op": k, "table": tb, "key": ky, **({"row": r} if r is not None else {})}
+        for k, tb, ky, r in specs
+    ]
+    txn = m.begin(t, node, proc, invoke_ops)
+    now = t + MS
+    for kind, table, key, row in specs:
+        now += (rng.randint(50, 400) if slow else 1) * MS
+        if not m.op(txn, now, kind, table, key, row):
+            return now + MS, proc
+    now += MS
+    outcome = "info" if rng.random() < 0.01 else "ok"
+    m.commit(txn, now, outcome=outcome)
+    if outcome == "info":
+        proc = m.process()
+    return now + MS, proc
+
+
+def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
+    """The scripted end of every run: one near-miss per class, and the injected fault."""
+    t = max(t, m.last_ack_t + MS)
+    m.flush()
+    # Rows the tail reads: two keys of t2 in different partitions, and fresh keys of t3.
+    k_a, k_b = 5001, next(k for k in range(5002, 5100) if m.partition(k) != m.partition(5001))
+    setup = m.begin(t, "n1")
+    tbl2 = m.latest()["tables"]["t2"]
+    for k in (k_a, k_b):
+        m.op(setup, t + MS, "w", "t2", k, m.row_for(tbl2))
+    m.commit(setup, t + 2 * MS)
+    t += 10 * MS
+
+    # A compatible DDL on t2 (add a nullable column) and what straddles its activation.
+    tables = m.tables_copy()
+    m.bump(tables, "t2")["columns"].append(m.column("tail_a", "INT32"))
+    line_a, ack_a, _ = m.ddl(t, "ALTER TABLE t2 ADD COLUMN tail_a INT32", "t2",
+                                     "add_column", tables, node="n2")
+    act_a = line_a["activation_ts"]
+    t_act_a = m.time_of(act_a)
+    # Transborder near-miss: enlisted before activation, its write after it fails.
+    x = m.begin(t_act_a - 50 * MS, "n3")
+    m.op(x, t_act_a - 40 * MS, "r", "t2", k_a)
+    forced = fault == "transborder-op"
+    if m.op(x, t_act_a + 10 * MS, "w", "t2", k_b, m.row_for(m.table_version(
+            x.ids["t2"], x.tables["t2"]["base_ts"])), force=forced):
+        m.commit(x, t_act_a + 20 * MS)
+    # Probes just before and after the activation (the AP near-miss and its fault).
+    old_v = line_a["catalog_version"] - 1
+    m.probe(ack_a + 5 * MS, "n1", "t2", act_a - 1)
+    answer = None
+    if fault == "ap-violation":
+        answer = {"catalog_version": old_v,
+                  "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"]}
+    m.probe(ack_a + 5 * MS, "n2", "t2", act_a + 1, answer)
+    # Read-your-DDL: a probe with a null ts after the ack (stale if its node lags).
+    stale = None
+    if fault == "stale-schema-read":
+        lag_ts = act_a - (1 << 16)
+        stale = {"ts": lag_ts, "catalog_version": old_v,
+                 "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
+                 "columns": m.catalog[old_v - 1]["tables"]["t2"]["columns"]}
+    m.probe(ack_a + 10 * MS, "n3", "t2", None, stale)
+    y = m.begin(ack_a + 20 * MS, "n1")
+    m.op(y, ack_a + 21 * MS, "r", "t2", k_a)
+    m.commit(y, ack_a + 22 * MS)
+    t = ack_a + 30 * MS
+
+    # An incompatible DDL on t2 (a default change) and a txn committing across it.
+    tables = m.tables_copy()
+    next(c for c in m.bump(tables, "t2")["columns"] if c["name"] == "c2")["default"] = "tail"
+    line_b, ack_b, ack_b_pos = m.ddl(t, "ALTER TABLE t2 ALTER COLUMN c2 SET DEFAULT 'tail'",
+                                     "t2", "set_default", tables, node="n3")
+    t_act_b = m.time_of(line_b["activation_ts"])
+    z = m.begin(t_act_b - 60 * MS, "n2")
+    m.op(z, t_act_b - 50 * MS, "r", "t2", k_a)
+    m.commit(z, t_act_b + 10 * MS, force=fault == "incompatible-commit")
+    t = ack_b + 10 * MS
+
+    # A committed read of both partitions (mixed-schema-commit's near-miss and fault).
+    mx = m.begin(t, "n1")
+    m.op(mx, t + MS, "r", "t2", k_a)
+    m.op(mx, t + 2 * MS, "r", "t2", k_b)
+    m.commit(mx, t + 3 * MS)
+    if fault == "mixed-schema-commit":
+        final = m.records[-1][2]
+        final["value"]["participants"][0]["commit_schema_version"] -= 1
+    if fault == "schema-conformance":
+        final = m.records[-1][2]
+        final["value"]["ops"][0]["result"] = {**(final["value"]["ops"][0]["result"] or {}),
+                                              "ghost": 7}
+    t += 10 * MS
+
+    # lost-write: a fresh key of t3 written, overwritten, and one deleted (near-misses).
+    w1 = m.begin(t, "n2")
+    tbl3 = m.latest()["tables"]["t3"]
+    for k in (7001, 7002):
+        m.op(w1, t + MS, "w", "t3", k, m.row_for(tbl3))
+    m.commit(w1, t + 2 * MS)
+    w2 = m.begin(t + 5 * MS, "n3")
+    m.op(w2, t + 6 * MS, "w", "t3", 7001, m.row_for(tbl3))
+    m.op(w2, t + 7 * MS, "d", "t3", 7002)
+    m.commit(w2, t + 8 * MS)
+    if fault == "lost-write":
+        m.flush()
+        m.store.pop((tbl3["id"], 7001))
+    if fault == "lost-ddl":
+        ev = m.records[ack_b_pos][2]
+        ev["value"]["activation_ts"] += 1
+    t += 20 * MS
+    t = m.final_reads(t, fault == "index-missing", fault == "index-orphan")
+    if fault == "activation-order":
+        last = copy.deepcopy(m.catalog[-1])
+        last["catalog_version"] += 1
+        last["activation_ts"] -= 1
+        last["ddl"] = "ALTER INDEX i1 SET STATE AVAILABLE"
+        m.catalog.append(last)
+    return t

@@ -1,0 +1,145 @@
+"""What every nemesis acts through: the cluster's Remotes, the Target, and what is broken now.
+
+Remote calls block (ssh, docker, subprocess), so they go through `asyncio.to_thread`, one
+thread per node, each with an explicit timeout; node observations go through the Target's
+client with an `asyncio.timeout`, because a paused node accepts a connection and never answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from harness.remote import CommandResult
+
+if TYPE_CHECKING:
+    from harness.cluster import Cluster
+    from harness.target import Target
+
+REMOTE_TIMEOUT_S = 15.0
+STATUS_TIMEOUT_S = 1.5
+IPTABLES_COMMENT = "schemachaos"
+
+
+class NemesisRecorder(Protocol):
+    """The part of `workloads.history.HistoryRecorder` a nemesis writes to."""
+
+    def nemesis(self, f: str, value: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass
+class NemesisState:
+    """Faults in force, so that a stop step, and heal_all whatever happened, can undo them."""
+
+    active: dict[int, dict[str, Any]] = field(default_factory=dict)  # fault id -> start value
+    killed: set[str] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+    inhibited: set[str] = field(default_factory=set)
+    strobes: dict[int, tuple[asyncio.Event, asyncio.Task[int]]] = field(default_factory=dict)
+
+
+@dataclass
+class NemesisContext:
+    cluster: Cluster
+    target: Target
+    config: dict[str, Any] = field(default_factory=dict)
+    state: NemesisState = field(default_factory=NemesisState)
+
+    @property
+    def local(self) -> bool:
+        """On the local backend all nodes share the host's iptables and qdiscs."""
+        return self.cluster.backend == "local"
+
+    def host(self, node: str) -> str:
+        return self.cluster.remotes[node].host
+
+    def port(self, name: str) -> int:
+        return int(
+            self.cluster.ports.get(name, {"client_port": 10800, "metastore_port": 10900}[name])
+        )
+
+    def faketime_file(self, node: str) -> str:
+        finder = getattr(self.target, "faketime_file", None)
+        if callable(finder):
+            return str(finder(node))
+        files = self.config.get("faketime_files") or {}
+        if node in files:
+            return str(files[node])
+        root = self.cluster.node_dirs.get(node, "/var/lib/schemasync")
+        return f"{root}/faketime"
+
+
+async def run_on(ctx: NemesisContext, node: str, cmd: str, check: bool = True) -> CommandResult:
+    """One shell command as root on a node, off the event loop."""
+    remote = ctx.cluster.remotes[node]
+    return await asyncio.to_thread(remote.run, cmd, REMOTE_TIMEOUT_S, check)
+
+
+async def run_on_each(
+    ctx: NemesisContext, commands: dict[str, str], check: bool = True
+) -> dict[str, CommandResult | BaseException]:
+    """Commands on several nodes at once; per node its result or the exception it raised."""
+    nodes = list(commands)
+    results = await asyncio.gather(
+        *(run_on(ctx, n, commands[n], check) for n in nodes), return_exceptions=True
+    )
+    return dict(zip(nodes, results, strict=True))
+
+
+def failures(results: dict[str, CommandResult | BaseException]) -> dict[str, str]:
+    """The nodes whose command raised, with why (for the history event)."""
+    return {
+        n: f"{type(r).__name__}: {r}" for n, r in results.items() if isinstance(r, BaseException)
+    }
+
+
+async def node_status(ctx: NemesisContext, node: str) -> dict[str, Any]:
+    """admin.status of one node, measured against the controller's wall clock.
+
+    Adds `controller_mid_ms` (the midpoint of the request on the controller's clock) and
+    `rtt_ms`, so an offset can be read as `wall_ms - controller_mid_ms` within rtt/2.
+    """
+    async with asyncio.timeout(STATUS_TIMEOUT_S):
+        client = await ctx.target.client(node)
+        try:
+            t0 = time.time()
+            status = await client.status()
+            t1 = time.time()
+        finally:
+            await client.close()
+    return {**status, "controller_mid_ms": (t0 + t1) * 500.0, "rtt_ms": (t1 - t0) * 1000.0}
+
+
+async def statuses(
+    ctx: NemesisContext, nodes: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Status of each node that answers in time (the silent ones are left out)."""
+    names = list(nodes) if nodes is not None else list(ctx.cluster.nodes)
+    answers = await asyncio.gather(*(node_status(ctx, n) for n in names), return_exceptions=True)
+    return {n: a for n, a in zip(names, answers, strict=True) if isinstance(a, dict)}
+
+
+def leader_of(views: dict[str, dict[str, Any]]) -> str | None:
+    """The Meta Storage leader most answering nodes name at the highest term they know."""
+    named = [(int(s.get("term", 0)), s.get("leader")) for s in views.values() if s.get("leader")]
+    if not named:
+        return None
+    top = max(t for t, _ in named)
+    votes: dict[str, int] = {}
+    for term, leader in named:
+        if term == top:
+            votes[str(leader)] = votes.get(str(leader), 0) + 1
+    return max(sorted(votes), key=lambda n: votes[n])
+
+
+async def metastore_leader(ctx: NemesisContext, timeout_s: float = 10.0) -> str | None:
+    """The current leader, polling until one is named (None after timeout_s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leader = leader_of(await statuses(ctx))
+        if leader is not None or time.monotonic() >= deadline:
+            return leader
+        await asyncio.sleep(0.1)

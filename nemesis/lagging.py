@@ -1,0 +1,194 @@
+"""Lagging learners: Meta Storage learners fall behind while the rest of the cluster is healthy.
+
+Three ways: `drop` cuts only metastore traffic to and from the learner (iptables on the
+metastore port), `tbf` lets it through a tiny token bucket (an htb class with a tbf leaf on
+the senders' egress, matching the learner's address and the metastore port; netem is missing
+from the kernels we run on), `inhibit` holds the learner's apply with its admin API
+(Ignite's WatchListenerInhibitor). Applied index and safe time are recorded before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nemesis.context import (
+    STATUS_TIMEOUT_S,
+    NemesisContext,
+    failures,
+    run_on_each,
+    statuses,
+)
+from nemesis.partition import drop_from_command, remove_rules
+
+LAGGING_TAG = "lagging-learner"
+QDISC_HANDLE = "5c5c"  # our htb root on a device: "sc" twice, so heal can tell it from others
+DEFAULT_RATE_KBIT = 1
+
+
+def port_match(port: int) -> str:
+    """Packets to or from the metastore port: the learner's own requests and the replies."""
+    return f"-p tcp -m multiport --ports {port}"
+
+
+def drop_commands(
+    learners: Sequence[str], hosts: dict[str, str], port: int, local: bool
+) -> dict[str, str]:
+    """On each learner: drop metastore traffic from every other node."""
+    return {
+        learner: drop_from_command(
+            hosts[learner],
+            [h for n, h in hosts.items() if n != learner],
+            LAGGING_TAG,
+            local,
+            match=port_match(port),
+        )
+        for learner in learners
+    }
+
+
+def device_of(dest: str) -> str:
+    """Shell expression: the device towards dest (eth0 in a container, lo locally)."""
+    return f"$(ip -o route get {dest} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')"
+
+
+def shape_command(learner_hosts: Sequence[str], port: int, rate_kbit: int) -> str:
+    """On a sender: an htb root whose default class is unlimited and whose class 10 (a tbf leaf
+    at rate_kbit) takes metastore packets to the learners. Idempotent: an existing root of ours
+    is replaced."""
+    h = QDISC_HANDLE
+    first = learner_hosts[0]
+    lines = [
+        f"dev={device_of(first)}",
+        f'{{ tc qdisc del dev "$dev" root handle {h}: 2>/dev/null || true; }}',
+        f'tc qdisc add dev "$dev" root handle {h}: htb default 1',
+        f'tc class add dev "$dev" parent {h}: classid {h}:1 htb rate 10gbit quantum 60000',
+        f'tc class add dev "$dev" parent {h}: classid {h}:10 htb rate {rate_kbit}kbit '
+        f"ceil {rate_kbit}kbit quantum 1514",
+        f'tc qdisc add dev "$dev" parent {h}:10 handle {int(h, 16) + 1:x}: tbf '
+        f"rate {rate_kbit}kbit burst 70000 latency 500ms",  # burst > lo MTU (65536)
+    ]
+    for dest in learner_hosts:
+        for direction in ("dport", "sport"):
+            lines.append(
+                f'tc filter add dev "$dev" parent {h}: protocol ip prio 1 u32 '
+                f"match ip dst {dest}/32 match ip {direction} {port} 0xffff flowid {h}:10"
+            )
+    return " && ".join(lines)
+
+
+def unshape_command(dest: str) -> str:
+    """Remove our htb root (only ours, recognized by its handle) from the device towards dest."""
+    h = QDISC_HANDLE
+    return (
+        f"dev={device_of(dest)}; "
+        f'if tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root"; then '
+        f'tc qdisc del dev "$dev" root handle {h}:; fi; '
+        f'tc qdisc show dev "$dev" | grep -c "qdisc htb {h}: root" || true'
+    )
+
+
+async def learner_views(ctx: NemesisContext, learners: Sequence[str]) -> dict[str, Any]:
+    """Applied index and safe time of the learners, and the highest applied index of the voters."""
+    views = await statuses(ctx)
+    voters = [views[v]["applied_index"] for v in ctx.cluster.voters if v in views]
+    return {
+        "learners": {
+            n: {"applied_index": views[n].get("applied_index"), "safe_ts": views[n].get("safe_ts")}
+            for n in learners
+            if n in views
+        },
+        "voters_applied_index": max(voters) if voters else None,
+    }
+
+
+async def inhibit(ctx: NemesisContext, node: str, hold: bool) -> dict[str, Any]:
+    """admin.inhibit_apply on one node, through the schemasync client library."""
+    from schemasync.client import Client
+
+    address = f"{ctx.host(node)}:{ctx.port('client_port')}"
+    async with asyncio.timeout(STATUS_TIMEOUT_S * 2):
+        client = await Client.connect([address], timeout=STATUS_TIMEOUT_S)
+        try:
+            return await client.inhibit_apply(hold)
+        finally:
+            await client.close()
+
+
+async def set_inhibit(ctx: NemesisContext, nodes: Sequence[str], hold: bool) -> dict[str, str]:
+    results = await asyncio.gather(*(inhibit(ctx, n, hold) for n in nodes), return_exceptions=True)
+    return {
+        n: f"{type(r).__name__}: {r}"
+        for n, r in zip(nodes, results, strict=True)
+        if isinstance(r, BaseException)
+    }
+
+
+async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+    learners = list(params["learners"])
+    mode = params["mode"]
+    port = ctx.port("metastore_port")
+    before = await learner_views(ctx, learners)
+    started = time.monotonic()
+    errors: dict[str, str]
+    if mode == "drop":
+        hosts = {n: ctx.host(n) for n in ctx.cluster.nodes}
+        errors = failures(await run_on_each(ctx, drop_commands(learners, hosts, port, ctx.local)))
+    elif mode == "tbf":
+        rate = int(params.get("rate_kbit", ctx.config.get("lagging_rate_kbit", DEFAULT_RATE_KBIT)))
+        dests = [ctx.host(n) for n in learners]
+        senders = _senders(ctx, learners)
+        errors = failures(
+            await run_on_each(ctx, dict.fromkeys(senders, shape_command(dests, port, rate)))
+        )
+    elif mode == "inhibit":
+        ctx.state.inhibited.update(learners)
+        errors = await set_inhibit(ctx, learners, True)
+    else:
+        raise ValueError(f"unknown lagging-learner mode {mode!r}")
+    out: dict[str, Any] = {
+        "before": before,
+        "applied_ms": round((time.monotonic() - started) * 1000, 1),
+    }
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+def _senders(ctx: NemesisContext, learners: Sequence[str]) -> list[str]:
+    """Nodes whose egress is shaped. Locally every node shares `lo`: one shaping suffices."""
+    others = [n for n in ctx.cluster.nodes if n not in learners] or list(ctx.cluster.nodes)
+    return others[:1] if ctx.local else others
+
+
+async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Undo whichever mode was used (all three are undone: cheap, and robust to a lost start)."""
+    learners = list(params.get("learners") or ctx.cluster.learners)
+    before = await learner_views(ctx, learners)
+    started = time.monotonic()
+    out: dict[str, Any] = {"before": before}
+    errors: dict[str, str] = {}
+    rules = await remove_rules(ctx, LAGGING_TAG)
+    errors.update(rules.get("errors", {}))
+    if learners:
+        dest = ctx.host(learners[0])
+        errors.update(
+            failures(
+                await run_on_each(ctx, dict.fromkeys(ctx.cluster.nodes, unshape_command(dest)))
+            )
+        )
+    held = (
+        [n for n in learners if n in ctx.state.inhibited]
+        if params.get("mode") != "inhibit"
+        else learners
+    )
+    if held:
+        errors.update(await set_inhibit(ctx, held, False))
+        ctx.state.inhibited.difference_update(held)
+    out["healed_ms"] = round((time.monotonic() - started) * 1000, 1)
+    out["after"] = await learner_views(ctx, learners)
+    if errors:
+        out["errors"] = errors
+    return out

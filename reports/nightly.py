@@ -1,0 +1,639 @@
+"""`schemachaos nightly --matrix FILE`: scenarios x nemeses x seeds, then one Spark summary.
+
+Every cell is one `harness.run.run_test`; a cell that crashes is recorded and the matrix goes on.
+Then one Spark job reads every run directory of this night (and of the previous nights, for
+trends) and writes `store/nightly/<stamp>/`: summary.json, summary.html and trend plots.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+PREVIOUS_NIGHTS = 14  # nights before this one whose runs join the trends
+EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A row of the matrix: what to run and which anomaly classes it must produce."""
+
+    name: str
+    workload: str | None = None
+    scenario_file: str | None = None
+    toggles: tuple[str, ...] = ()
+    expect: tuple[str, ...] = ()  # empty: the run must be valid
+    nemeses: tuple[str, ...] | None = None  # restrict to these nemesis names
+    options: Mapping[str, Any] = field(default_factory=dict)  # extra RunOptions fields
+
+
+@dataclass(frozen=True)
+class NemesisSpec:
+    name: str
+    kinds: tuple[str, ...] = ()
+    interval_s: float | None = None
+
+
+@dataclass(frozen=True)
+class NightlyCell:
+    scenario: Scenario
+    nemesis: NemesisSpec
+    seed: int
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario.name}--{self.nemesis.name}--s{self.seed}"
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What one cell left behind; run_dir is None when the cell crashed before a run existed."""
+
+    cell: str
+    scenario: str
+    nemesis: str
+    seed: int
+    expect: tuple[str, ...]
+    run_dir: str | None
+    exit_code: int | None
+    error: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class NightlyResult:
+    """The night's gate: exit_code 0 all cells as expected, 1 a mismatch, 2 an unknown."""
+
+    exit_code: int
+    summary_dir: Path
+    outcomes: tuple[CellOutcome, ...]
+    summary: Mapping[str, Any]
+
+    def __int__(self) -> int:
+        return self.exit_code
+
+
+class RunOutcomeLike(Protocol):
+    run_dir: Path
+    exit_code: int
+
+
+Runner = Callable[[NightlyCell, Path], RunOutcomeLike]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    scenarios: tuple[Scenario, ...]
+    nemeses: tuple[NemesisSpec, ...]
+    seeds: tuple[int, ...]
+    defaults: Mapping[str, Any]
+
+    def cells(self) -> list[NightlyCell]:
+        out = []
+        for sc in self.scenarios:
+            for nem in self.nemeses:
+                if sc.nemeses is not None and nem.name not in sc.nemeses:
+                    continue
+                for seed in self.seeds:
+                    out.append(NightlyCell(sc, nem, seed, self.defaults))
+        return out
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Parse the TOML matrix; errors name the file and the offending entry."""
+    with Path(path).open("rb") as fh:
+        raw = tomllib.load(fh)
+    scenarios = []
+    for i, s in enumerate(raw.get("scenario") or []):
+        if "name" not in s:
+            raise ValueError(f"{path}: scenario #{i + 1}: missing name")
+        known = {"name", "workload", "scenario_file", "toggles", "expect", "nemeses"}
+        scenarios.append(
+            Scenario(
+                name=str(s["name"]),
+                workload=s.get("workload"),
+                scenario_file=s.get("scenario_file"),
+                toggles=tuple(s.get("toggles") or ()),
+                expect=tuple(s.get("expect") or ()),
+                nemeses=tuple(s["nemeses"]) if "nemeses" in s else None,
+                options={k: v for k, v in s.items() if k not in known},
+            )
+        )
+    nemeses = [
+        NemesisSpec(str(n["name"]), tuple(n.get("kinds") or ()), n.get("interval_s"))
+        for n in raw.get("nemesis") or [{"name": "none"}]
+    ]
+    seeds = tuple(int(s) for s in raw.get("seeds") or [0])
+    if not scenarios:
+        raise ValueError(f"{path}: no [[scenario]] entry")
+    return Matrix(tuple(scenarios), tuple(nemeses), seeds, dict(raw.get("defaults") or {}))
+
+
+def harness_runner(backend: str | None = None) -> Runner:
+    """The real runner: each cell through harness.run.run_test with the cell's options."""
+
+    def run_cell(cell: NightlyCell, store: Path) -> RunOutcomeLike:
+        from dataclasses import fields
+
+        from harness.run import RunOptions, run_test
+
+        known = {f.name for f in fields(RunOptions)}
+        given: dict[str, Any] = {}
+        if cell.scenario.scenario_file:
+            path = Path(cell.scenario.scenario_file)
+            given.update(_scenario_fields(path))
+            given["scenario"] = path
+        given.update({k: v for k, v in cell.defaults.items() if k in known})
+        given.update({k: v for k, v in cell.scenario.options.items() if k in known})
+        if cell.scenario.workload:
+            given["workload"] = cell.scenario.workload
+        if cell.scenario.toggles:
+            given["toggles"] = cell.scenario.toggles
+        given["nemesis"] = cell.nemesis.kinds
+        if cell.nemesis.interval_s is not None:
+            given["nemesis_interval_s"] = float(cell.nemesis.interval_s)
+        if backend:
+            given["backend"] = backend
+        given.update(seed=cell.seed, store=store, test_name=f"nightly-{cell.name}")
+        for key in ("nemesis", "toggles"):
+            given[key] = tuple(given.get(key) or ())
+        return run_test(RunOptions(**given))
+
+    return run_cell
+
+
+def _scenario_fields(path: Path) -> dict[str, Any]:
+    """RunOptions fields of a scenario file, read the way `schemachaos run --scenario` does."""
+    try:
+        from harness.cli import _scenario_fields as fields_of
+    except ImportError:
+        return {}
+    return dict(fields_of(path))
+
+
+def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list[CellOutcome]:
+    outcomes = []
+    for cell in cells:
+        started = time.monotonic()
+        run_dir: str | None = None
+        code: int | None = None
+        error: str | None = None
+        try:
+            got = runner(cell, store)
+            run_dir, code = str(Path(got.run_dir).resolve()), int(got.exit_code)
+        except Exception as exc:  # a crashed cell must not stop the night
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        outcomes.append(
+            CellOutcome(
+                cell=cell.name,
+                scenario=cell.scenario.name,
+                nemesis=cell.nemesis.name,
+                seed=cell.seed,
+                expect=cell.scenario.expect,
+                run_dir=run_dir,
+                exit_code=code,
+                error=error,
+                seconds=round(time.monotonic() - started, 3),
+            )
+        )
+    return outcomes
+
+
+def _previous_outcomes(nightly_root: Path, current: Path) -> list[tuple[str, CellOutcome]]:
+    nights = sorted(
+        (p for p in nightly_root.glob("*/cells.json") if p.parent != current), reverse=True
+    )[:PREVIOUS_NIGHTS]
+    out = []
+    for path in nights:
+        try:
+            for c in json.loads(path.read_text(encoding="utf-8")):
+                c["expect"] = tuple(c.get("expect") or ())
+                out.append((path.parent.name, CellOutcome(**c)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+# ---- the one Spark job over every run directory -------------------------------------------
+
+
+EVENT_COLUMNS = ("index", "time", "type", "process", "f", "node", "code", "run")
+
+
+def _history_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("index", T.LongType()),
+            T.StructField("time", T.LongType()),
+            T.StructField("type", T.StringType()),
+            T.StructField("process", T.StringType()),
+            T.StructField("f", T.StringType()),
+            T.StructField("node", T.StringType()),
+            T.StructField("error", T.StructType([T.StructField("code", T.StringType())])),
+        ]
+    )
+
+
+def _events_frame(spark: Any, run_dirs: Sequence[Path]) -> Any:
+    """Every run's events (index, time, type, process, f, node, code, run) as one DataFrame.
+
+    A run the checker already analyzed is read from its Parquet copy; the others are read from
+    history.jsonl in one scan with an explicit schema (no inference).
+    """
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = []
+    raw: list[Path] = []
+    for run_dir in run_dirs:
+        if (run_dir / "history.parquet" / "_source.json").exists():
+            try:
+                from checker.ingest import ingest_history
+
+                df = ingest_history(spark, run_dir).events
+                frames.append(
+                    df.select(
+                        "index",
+                        "time",
+                        "type",
+                        F.col("process").cast("string").alias("process"),
+                        "f",
+                        "node",
+                        F.col("error.code").alias("code"),
+                    ).withColumn("run", F.lit(str(run_dir)))
+                )
+                continue
+            except Exception:
+                pass  # a stale or foreign copy: read the text instead
+        raw.append(run_dir)
+    for run_dir in raw:
+        df = spark.read.schema(_history_schema()).json(str(run_dir / "history.jsonl"))
+        frames.append(
+            df.select(
+                "index",
+                "time",
+                "type",
+                "process",
+                "f",
+                "node",
+                F.col("error.code").alias("code"),
+            ).withColumn("run", F.lit(str(run_dir)))
+        )
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def run_stats_frame(events: Any) -> Any:
+    """events -> one row per (run, f, outcome, error code): count and ok-latency quantiles.
+
+    Ops are invoke -> next event of the same process; nemesis events count under f "nemesis".
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_process = Window.partitionBy("run", "process").orderBy("index")
+    nemesis = F.col("process") == "nemesis"
+    rows = (
+        events.withColumn("prev_type", F.lag("type").over(by_process))
+        .withColumn("prev_time", F.lag("time").over(by_process))
+        .withColumn(
+            "op_f", F.when(nemesis, F.lit("nemesis")).otherwise(F.lag("f").over(by_process))
+        )
+        .where(nemesis | ((F.col("type") != "invoke") & (F.col("prev_type") == "invoke")))
+        .withColumn("latency_ms", (F.col("time") - F.col("prev_time")) / F.lit(1e6))
+    )
+    return rows.groupBy(
+        "run", "op_f", "type", F.coalesce(F.col("code"), F.lit("")).alias("code")
+    ).agg(
+        F.count("*").alias("n"),
+        F.percentile_approx("latency_ms", [0.5, 0.95, 0.99], 1000).alias("q"),
+    )
+
+
+def spark_run_stats(spark: Any, run_dirs: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Per run: op counts by f and outcome, txn aborts by code, ok-latency quantiles by f."""
+    out: dict[str, dict[str, Any]] = {
+        str(d): {"ops": {}, "abort_codes": {}, "nemesis_events": 0} for d in run_dirs
+    }
+    present = [d for d in run_dirs if (d / "history.jsonl").exists()]
+    if not present:
+        return out
+    for r in run_stats_frame(_events_frame(spark, present)).collect():
+        run = out[r["run"]]
+        if r["op_f"] == "nemesis":
+            run["nemesis_events"] += r["n"]
+            continue
+        f = run["ops"].setdefault(
+            r["op_f"],
+            {"n": 0, "ok": 0, "fail": 0, "info": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None},
+        )
+        f["n"] += r["n"]
+        f[r["type"]] = f.get(r["type"], 0) + r["n"]
+        if r["type"] == "ok" and r["q"]:
+            f["p50_ms"], f["p95_ms"], f["p99_ms"] = r["q"]
+        if r["op_f"] == "txn" and r["type"] != "ok":
+            code = r["code"] or "unknown"
+            run["abort_codes"][code] = run["abort_codes"].get(code, 0) + r["n"]
+    return out
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _judge(outcome: CellOutcome, results: Mapping[str, Any] | None) -> str:
+    """expected | missed | unexpected | unknown: the cell against its expectation."""
+    if results is None or results.get("valid") not in (True, False):
+        return "unknown"
+    found = {str(a.get("class")) for a in results.get("anomalies") or []}
+    if outcome.expect:
+        return "expected" if set(outcome.expect) <= found else "missed"
+    return "expected" if results.get("valid") is True else "unexpected"
+
+
+def summarize(
+    spark: Any,
+    night: str,
+    outcomes: Sequence[CellOutcome],
+    previous: Sequence[tuple[str, CellOutcome]],
+) -> dict[str, Any]:
+    """The summary document: one row per run (this night and the previous ones) + detection."""
+    all_cells = [(night, o) for o in outcomes] + list(previous)
+    dirs = [Path(o.run_dir) for _, o in all_cells if o.run_dir and Path(o.run_dir).is_dir()]
+    stats = spark_run_stats(spark, dirs)
+    runs = []
+    for n, o in all_cells:
+        run_dir = Path(o.run_dir) if o.run_dir else None
+        results = _read(run_dir / "results.json") if run_dir else None
+        run = (_read(run_dir / "run.json") if run_dir else None) or {}
+        st = stats.get(str(run_dir), {}) if run_dir else {}
+        txn = (st.get("ops") or {}).get("txn") or {}
+        ddl = (st.get("ops") or {}).get("ddl") or {}
+        cfg = run.get("config") or {}
+        floor = None
+        if isinstance(cfg.get("delay_duration_ms"), int | float):
+            floor = cfg["delay_duration_ms"] + (cfg.get("max_clock_skew_ms") or 0)
+        runs.append(
+            {
+                "night": n,
+                **{k: v for k, v in asdict(o).items() if k != "expect"},
+                "expect": list(o.expect),
+                "start_wall_ms": run.get("start_wall_ms"),
+                "valid": (results or {}).get("valid", "unknown"),
+                "classes": sorted(
+                    {str(a.get("class")) for a in (results or {}).get("anomalies") or []}
+                ),
+                "anomalies": len((results or {}).get("anomalies") or []),
+                "judgement": "unknown" if o.error else _judge(o, results),
+                "txn_n": txn.get("n", 0),
+                "txn_abort_rate": (txn["fail"] + txn["info"]) / txn["n"] if txn.get("n") else None,
+                "txn_p50_ms": txn.get("p50_ms"),
+                "txn_p99_ms": txn.get("p99_ms"),
+                "ddl_n": ddl.get("n", 0),
+                "ddl_p50_ms": ddl.get("p50_ms"),
+                "ddl_p99_ms": ddl.get("p99_ms"),
+                "ddl_floor_ms": floor,
+                "abort_codes": st.get("abort_codes", {}),
+                "nemesis_events": st.get("nemesis_events", 0),
+            }
+        )
+    tonight = [r for r in runs if r["night"] == night]
+    detection: dict[str, dict[str, Any]] = {}
+    for r in tonight:
+        d = detection.setdefault(
+            r["scenario"],
+            {
+                "expect": r["expect"],
+                "runs": 0,
+                "expected": 0,
+                "missed": 0,
+                "unexpected": 0,
+                "unknown": 0,
+                "classes": {},
+            },
+        )
+        d["runs"] += 1
+        d[r["judgement"]] += 1
+        for c in r["classes"]:
+            d["classes"][c] = d["classes"].get(c, 0) + 1
+    for d in detection.values():
+        judged = d["runs"] - d["unknown"]
+        d["detection_rate"] = (d["expected"] / judged) if judged and d["expect"] else None
+    return {"night": night, "runs": runs, "detection": detection}
+
+
+# ---- the summary page -----------------------------------------------------------------------
+
+
+def _trend_plots(summary: Mapping[str, Any], out_dir: Path) -> list[tuple[str, Path]]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [r for r in summary["runs"] if r["start_wall_ms"]]
+    scenarios = sorted({r["scenario"] for r in runs})
+    panels = (
+        ("abort-rate", "txn abort rate (fail + info)", ("txn_abort_rate",)),
+        ("txn-latency", "txn latency p50 / p99 (ms)", ("txn_p50_ms", "txn_p99_ms")),
+        (
+            "ddl-latency",
+            "DDL latency p50 / p99 (ms) against DD + CSmax",
+            ("ddl_p50_ms", "ddl_p99_ms"),
+        ),
+    )
+    files = []
+    for name, title, keys in panels:
+        fig, ax = plt.subplots(figsize=(10, 3.4))
+        for i, sc in enumerate(scenarios):
+            rows = sorted(
+                (r for r in runs if r["scenario"] == sc), key=lambda r: r["start_wall_ms"]
+            )
+            for key, style in zip(keys, ("-o", "--s"), strict=False):
+                have = [r for r in rows if r[key] is not None]
+                xs = [datetime.fromtimestamp(r["start_wall_ms"] / 1000, tz=UTC) for r in have]
+                ys = [r[key] for r in have]
+                label = f"{sc} {key.split('_')[1]}" if len(keys) > 1 else sc
+                if xs:
+                    ax.plot(xs, ys, style, color=f"C{i % 10}", markersize=4, label=label)
+        if name == "ddl-latency":
+            floors = sorted({r["ddl_floor_ms"] for r in runs if r["ddl_floor_ms"]})
+            for fl in floors:
+                ax.axhline(fl, color="black", linewidth=0.8)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        else:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center")
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        png = out_dir / f"{name}.png"
+        fig.savefig(png, dpi=90)
+        fig.savefig(out_dir / f"{name}.svg")
+        plt.close(fig)
+        files.append((title, png))
+    return files
+
+
+def _fmt(value: Any, pct: bool = False) -> str:
+    if value is None:
+        return ""
+    return f"{value:.1%}" if pct else f"{value:.1f}"
+
+
+def _summary_html(
+    summary: Mapping[str, Any], plots: Sequence[tuple[str, Path]], exit_code: int
+) -> str:
+    import base64
+
+    e = html.escape
+    colours = {
+        "expected": "#e3f4e1",
+        "missed": "#fbe3e1",
+        "unexpected": "#fbe3e1",
+        "unknown": "#fff3d6",
+    }
+    verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}[exit_code]
+    det_rows = []
+    for sc, d in sorted(summary["detection"].items()):
+        classes = ", ".join(f"{c} ×{n}" for c, n in sorted(d["classes"].items()))
+        cells = [
+            sc,
+            ", ".join(d["expect"]) or "valid",
+            d["runs"],
+            d["expected"],
+            d["missed"],
+            d["unexpected"],
+            d["unknown"],
+            _fmt(d["detection_rate"], pct=True),
+            classes,
+        ]
+        det_rows.append(
+            "<tr class='scenario'>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>"
+        )
+    run_rows = []
+    for r in summary["runs"]:
+        if r["night"] != summary["night"]:
+            continue
+        where = r["run_dir"] or (r["error"] or "").splitlines()[0]
+        cells = [
+            r["cell"],
+            r["valid"],
+            r["judgement"],
+            ", ".join(r["classes"]),
+            _fmt(r["txn_abort_rate"], pct=True),
+            _fmt(r["txn_p50_ms"]),
+            _fmt(r["txn_p99_ms"]),
+            _fmt(r["ddl_p50_ms"]),
+            _fmt(r["ddl_p99_ms"]),
+            json.dumps(r["abort_codes"], sort_keys=True),
+            where,
+        ]
+        run_rows.append(
+            f"<tr class='cell {r['judgement']}' style='background:{colours[r['judgement']]}'>"
+            + "".join(f"<td>{e(str(c))}</td>" for c in cells)
+            + "</tr>"
+        )
+    imgs = "".join(
+        f"<figure class='trend'><figcaption>{e(t)}</figcaption><img alt='{e(t)}' "
+        f"src='data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}'></figure>"
+        for t, p in plots
+    )
+    style = (
+        "body{font:14px/1.45 system-ui,sans-serif;margin:24px}table{border-collapse:collapse;"
+        "width:100%}td,th{border:1px solid #ddd;padding:4px 7px;text-align:left}"
+        "th{background:#f1f1f1}img{max-width:100%}figure{margin:14px 0}"
+    )
+    night = e(summary["night"])
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>nightly {night}</title>"
+        f"<style>{style}</style></head><body><h1 id='verdict'>Nightly {night}: {verdict}</h1>"
+        "<h2>Detection per scenario</h2><table id='detection'><thead><tr>"
+        "<th>scenario</th><th>expected</th><th>runs</th><th>as expected</th><th>missed</th>"
+        "<th>unexpected</th><th>unknown</th><th>detection rate</th><th>classes found</th></tr>"
+        f"</thead><tbody>{''.join(det_rows)}</tbody></table><h2>Trends across runs</h2>{imgs}"
+        "<h2>Runs of this night</h2><table id='runs'><thead><tr><th>cell</th><th>valid</th>"
+        "<th>judgement</th><th>classes</th><th>txn abort rate</th><th>txn p50</th>"
+        "<th>txn p99</th><th>DDL p50</th><th>DDL p99</th><th>txn aborts by code</th>"
+        f"<th>run</th></tr></thead><tbody>{''.join(run_rows)}</tbody></table></body></html>"
+    )
+
+
+def _spark_session(master: str) -> Any:
+    """The checker's session settings when it is there (quiet, loopback, no UI)."""
+    try:
+        from checker.session import build_session
+    except ImportError:
+        from pyspark.sql import SparkSession
+
+        return (
+            SparkSession.builder.master(master)
+            .appName("schemachaos-nightly")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.shuffle.partitions", "4")
+            .getOrCreate()
+        )
+    return build_session(master)
+
+
+def run_nightly(
+    matrix_file: Path,
+    store: Path = Path("store"),
+    runner: Runner | None = None,
+    backend: str | None = None,
+    spark_master: str = "local[2]",
+) -> NightlyResult:
+    """Run every cell (a crash is recorded, not fatal), then summarize with one Spark job."""
+    matrix = load_matrix(Path(matrix_file))
+    store = Path(store)
+    night = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%S")
+    out_dir = store / "nightly" / night
+    n = 1
+    while out_dir.exists():
+        n += 1
+        out_dir = store / "nightly" / f"{night}-{n}"
+    out_dir.mkdir(parents=True)
+    outcomes = _run_cells(matrix.cells(), store, runner or harness_runner(backend))
+    (out_dir / "cells.json").write_text(
+        json.dumps([asdict(o) for o in outcomes], indent=1), encoding="utf-8"
+    )
+    previous = _previous_outcomes(store / "nightly", out_dir)
+    spark = _spark_session(spark_master)
+    try:
+        summary = summarize(spark, out_dir.name, outcomes, previous)
+    finally:
+        spark.stop()
+    judgements = [r["judgement"] for r in summary["runs"] if r["night"] == out_dir.name]
+    if any(j in ("missed", "unexpected") for j in judgements):
+        code = EXIT_MISMATCH
+    elif any(j == "unknown" for j in judgements) or not judgements:
+        code = EXIT_UNKNOWN
+    else:
+        code = EXIT_OK
+    summary = {**summary, "exit_code": code}
+    tmp = out_dir / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, out_dir / "summary.json")
+    plots = _trend_plots(summary, out_dir / "plots")
+    (out_dir / "summary.html").write_text(_summary_html(summary, plots, code), encoding="utf-8")
+    return NightlyResult(code, out_dir, tuple(outcomes), summary)

@@ -1,0 +1,147 @@
+"""Crashes of the controller: Ctrl-C in the middle of `schemachaos run` tears everything down and
+leaves a readable history prefix; after a SIGKILL, `schemachaos clean` removes what was left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.remote_local import tagged_processes
+from tests.conftest import docker_available, require
+from tests.test_harness_support import node_image  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _start_run(store: Path, backend: str, name: str) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--backend",
+        backend,
+        "--time-limit",
+        "120",
+        "--concurrency",
+        "3",
+        "--nemesis",
+        "none",
+        "--no-analyze",
+        "--no-progress",
+        "--store",
+        str(store),
+        "--test-name",
+        name,
+        "--local-base",
+        "127.0.4.10",
+        "--delay-ms",
+        "100",
+        "--max-skew-ms",
+        "50",
+    ]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _wait_for_events(proc: subprocess.Popen[bytes], history: Path, count: int) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"run exited early ({proc.returncode}): {out[-2000:]}")
+        if history.exists() and history.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("the run recorded no history in 90 s")
+
+
+def _read_history(path: Path) -> list[dict]:
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["index"] for e in events] == list(range(len(events)))
+    return events
+
+
+def _docker_leftovers(run_id: str) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    label = f"schemachaos.run={run_id}"
+    return [c.name for c in client.containers.list(all=True, filters={"label": label})] + [
+        n.name for n in client.networks.list(filters={"label": label})
+    ]
+
+
+@pytest.mark.docker
+@pytest.mark.cluster
+def test_sigint_mid_run_leaves_nothing_and_a_readable_prefix(
+    needs_docker: None,
+    node_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    proc = _start_run(store, "docker", "sigint")
+    run_dir = (store / "sigint" / "latest").resolve()
+    history = store / "sigint" / "latest" / "history.jsonl"
+    _wait_for_events(proc, history, 40)
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    assert _docker_leftovers(run_id), "the cluster should be up while the run goes"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 2, out.decode()[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] == "unknown"
+    assert any("interrupted" in e for e in results["errors"])
+    events = _read_history(run_dir / "history.jsonl")
+    assert len(events) >= 40
+    assert {e["type"] for e in events} >= {"invoke", "ok"}
+    assert _docker_leftovers(run_id) == []
+    assert not (run_dir / ".tmp").exists(), "the run's key pair must be gone"
+    assert (run_dir / "nodes" / "n1" / "node.log").exists(), "node logs are collected on Ctrl-C"
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("backend", ["docker", "local"])
+def test_clean_after_sigkill_removes_what_the_run_left(
+    backend: str, tmp_path: Path, request
+) -> None:
+    if backend == "docker":
+        require(docker_available(), "no Docker engine answers")
+        request.getfixturevalue("node_image")
+    store = tmp_path / "store"
+    proc = _start_run(store, backend, f"sigkill-{backend}")
+    run_dir = (store / f"sigkill-{backend}" / "latest").resolve()
+    _wait_for_events(proc, run_dir / "history.jsonl", 20)
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    if backend == "docker":
+        assert _docker_leftovers(run_id), "a SIGKILLed controller leaves its containers"
+        assert (run_dir / ".tmp" / "ssh" / "id_ed25519").exists()
+    else:
+        assert tagged_processes(run_id), "a SIGKILLed controller leaves its node processes"
+    _read_history(run_dir / "history.jsonl")  # a readable prefix even after SIGKILL
+
+    clean = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "clean", "--store", str(store), "--run-id", run_id],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert clean.returncode == 0, clean.stderr
+    assert "removed" in clean.stdout
+    if backend == "docker":
+        assert _docker_leftovers(run_id) == []
+    deadline = time.monotonic() + 10
+    while tagged_processes(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes(run_id) == []
+    assert not (run_dir / ".tmp").exists()

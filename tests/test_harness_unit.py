@@ -1,0 +1,246 @@
+"""Fast checks of the harness's pure parts and its bad-input handling (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.cluster import Cluster, ProvisionError, remove_iptables_rules, resolve_backend
+from harness.images import apt_mirror, base_tag, node_tag
+from harness.remote import normalize_signal, pgrep_command, pkill_command
+from harness.remote_local import LocalRemote, check_ports_free, local_address, tagged_processes
+from harness.run import RunOptions, options_from_run_json, run_json
+from harness.store import new_run_dir
+from harness.target_schemasync import render_config
+from schemasync.config import parse_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n"
+    )
+    assert apt_mirror(tmp_path) == "http://mirror.example/debian"
+    (tmp_path / "sources.list").write_text(
+        "deb [arch=amd64] http://other.example/debian bookworm main\n"
+    )
+    assert apt_mirror(tmp_path) == "http://other.example/debian"
+    assert apt_mirror(tmp_path / "nothing") == "http://deb.debian.org/debian"
+
+
+def test_image_tags_are_content_hashes() -> None:
+    assert base_tag() == base_tag()
+    assert base_tag().startswith("schemachaos-base:")
+    assert node_tag("schemachaos-base:a") != node_tag("schemachaos-base:b")
+
+
+def test_rendered_config_is_what_the_node_accepts() -> None:
+    class R:
+        def __init__(self, name: str, host: str) -> None:
+            self.name, self.host = name, host
+
+    nodes = ["n1", "n2", "n3", "n4"]
+    cluster = Cluster(
+        nodes=nodes,
+        voters=nodes[:3],
+        learners=nodes[3:],
+        remotes={n: R(n, f"10.9.0.{i}") for i, n in enumerate(nodes, 1)},  # type: ignore[misc]
+        backend="docker",
+        node_dirs={n: "/var/lib/schemasync" for n in nodes},
+    )
+    toml = render_config(
+        cluster, "n4", {"delay_duration_ms": 300, "toggles": ["no-ack-wait"], "base_ts": "begin"}
+    )
+    import tomllib
+
+    cfg = parse_config(tomllib.loads(toml))
+    assert cfg.name == "n4" and not cfg.is_voter
+    assert cfg.voters == ("n1", "n2", "n3")
+    assert cfg.delay_duration_ms == 300 and cfg.base_ts == "begin"
+    assert cfg.toggles == frozenset({"no-ack-wait"})
+    assert cfg.nodes["n2"].host == "10.9.0.2" and cfg.nodes["n2"].client_port == 10800
+    assert str(cfg.log_file) == "/var/lib/schemasync/node.log"
+
+
+def test_signal_commands_never_match_their_own_shell(tmp_path: Path) -> None:
+    remote = LocalRemote("n1", "127.0.0.11", "t-unit")
+    marker = f"schemachaos-unit-sleeper-{os.getpid()}"
+    script = tmp_path / marker
+    script.write_text("sleep 60\n")
+    remote.run(f"nohup setsid bash {script} >/dev/null 2>&1 </dev/null &")
+    try:
+        assert remote.run(pgrep_command(marker), check=False).exit_code == 0
+        # Through a shell, as on ssh: the shell's own argv holds only base64.
+        result = remote.run(pkill_command(marker, "SIGKILL"))
+        assert result.exit_code == 0
+        deadline = time.monotonic() + 5
+        while remote.run(pgrep_command(marker), check=False).exit_code == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert remote.run(pkill_command(marker, "KILL")).exit_code == 0  # no match is fine
+    finally:
+        remote.signal(marker, "KILL")
+    assert normalize_signal("sigstop") == "STOP"
+    with pytest.raises(ValueError):
+        normalize_signal("SIGSEGV")
+
+
+def test_local_addresses_and_busy_ports() -> None:
+    assert local_address(1) == "127.0.0.11"
+    assert local_address(5, "127.0.3.10") == "127.0.3.15"
+    with pytest.raises(ValueError):
+        local_address(1, "10.0.0.1")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.6.11", 10900))
+        s.listen()
+        with pytest.raises(Exception, match=r"port in use: 127\.0\.6\.11:10900"):
+            check_ports_free(["127.0.6.11"])
+
+
+def test_store_layout_and_latest_links(tmp_path: Path) -> None:
+    a = new_run_dir(tmp_path, "my test/1")
+    b = new_run_dir(tmp_path, "my test/1")
+    assert a.path != b.path and a.path.parent == b.path.parent
+    assert a.path.parent.name == "my-test-1"
+    assert (tmp_path / "latest").resolve() == b.path
+    assert (tmp_path / "my-test-1" / "latest").resolve() == b.path
+    assert a.run_id != b.run_id
+
+
+def test_run_json_round_trips_into_repro_options(tmp_path: Path) -> None:
+    opts = RunOptions(
+        backend="local",
+        nodes=4,
+        voters=3,
+        time_limit_s=12,
+        concurrency=2,
+        nemesis=("partition",),
+        nemesis_interval_s=3,
+        workload="index",
+        toggles=("no-ack-wait",),
+        seed=42,
+        store=tmp_path,
+        delay_ms=300,
+        max_skew_ms=200,
+        test_name="rt",
+    )
+    run = new_run_dir(tmp_path, "rt")
+    data = run_json(
+        opts, run, "local", ["n1", "n2", "n3", "n4"], ["n1", "n2", "n3"], ["n4"], [], 1234, "hlc"
+    )
+    for key in (
+        "test",
+        "seed",
+        "backend",
+        "target",
+        "clock",
+        "nodes",
+        "voters",
+        "learners",
+        "config",
+        "nemesis",
+        "workload",
+        "start_wall_ms",
+        "harness_version",
+    ):
+        assert key in data
+    run.run_json.write_text(json.dumps(data))
+    again = options_from_run_json(run.run_json)
+    assert again.store == tmp_path
+    for field in (
+        "backend",
+        "nodes",
+        "voters",
+        "time_limit_s",
+        "concurrency",
+        "nemesis",
+        "nemesis_interval_s",
+        "workload",
+        "toggles",
+        "seed",
+        "delay_ms",
+        "max_skew_ms",
+    ):
+        assert getattr(again, field) == getattr(opts, field), field
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["run", "--nodes", "0"], "--nodes"),
+        (["run", "--backend", "kubernetes"], "--backend"),
+        (["run", "--toggle", "no-such-toggle"], "--toggle"),
+        (["run", "--voters", "6"], "--voters"),
+        (["run", "--backend", "ssh", "--nodes-file", "/nonexistent/nodes.toml"], "nodes file"),
+        (["run", "--scenario", "/nonexistent/s.toml"], "--scenario"),
+        (["run", "--workload", "no-such-workload", "--backend", "local"], "--workload"),
+        (["analyze", "/nonexistent/run"], "RUN_DIR"),
+        (["repro", "/nonexistent/run"], "RUN_DIR"),
+        (["nightly", "--matrix", "/nonexistent/m.toml"], "--matrix"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(main(argv))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in err if not line.startswith("schemachaos: backend")]
+    assert len(err) == 1, err
+    assert names in err[0]
+
+
+def test_every_command_has_help() -> None:
+    for argv in (
+        ["--help"],
+        ["run", "--help"],
+        ["analyze", "--help"],
+        ["report", "--help"],
+        ["repro", "--help"],
+        ["serve", "--help"],
+        ["images", "build", "--help"],
+        ["clean", "--help"],
+        ["nightly", "--help"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.cli", *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and "usage: schemachaos" in proc.stdout, argv
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ProvisionError, match="--backend"):
+        resolve_backend("vm")
+
+
+@pytest.mark.root
+def test_remove_iptables_rules_takes_only_ours(needs_root: None) -> None:
+    ours = "-s 127.0.7.11/32 -d 127.0.7.12/32 -m comment --comment schemachaos -j DROP"
+    theirs = "-s 127.0.7.11/32 -d 127.0.7.13/32 -m comment --comment someone-else -j DROP"
+    subprocess.run(f"iptables -w -A OUTPUT {ours}", shell=True, check=True)
+    subprocess.run(f"iptables -w -A OUTPUT {theirs}", shell=True, check=True)
+    try:
+        removed = remove_iptables_rules(["127.0.7.12"])
+        assert len(removed) == 1 and "127.0.7.12" in removed[0]
+        rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
+        assert "127.0.7.12" not in rules.stdout and "127.0.7.13" in rules.stdout
+    finally:
+        subprocess.run(f"iptables -w -D OUTPUT {ours}", shell=True, capture_output=True)
+        subprocess.run(f"iptables -w -D OUTPUT {theirs}", shell=True, capture_output=True)
+    assert tagged_processes("t-unit-no-such-run") == []

@@ -1,0 +1,207 @@
+"""The shell commands the nemeses send, checked for their text and then run for real: the
+faketime file moves a process's clock under libfaketime, and the iptables and tc commands cut
+and slow real TCP inside a throwaway network namespace (never the host's own rules)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nemesis.clock import faketime_env, offset_literal, write_offset_command
+from nemesis.lagging import drop_commands, shape_command, unshape_command
+from nemesis.partition import drop_from_command, list_rules_command, remove_rules_command
+from tests.conftest import require
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def test_offset_literals_are_seconds_with_a_sign() -> None:
+    assert offset_literal(0.25) == "+0.25"
+    assert offset_literal(-0.4) == "-0.4"
+    assert offset_literal(0) == "+0"
+    assert offset_literal(1.5) == "+1.5"
+    assert offset_literal(-0.001) == "-0.001"
+    assert offset_literal(2) == "+2"
+    assert "ms" not in offset_literal(0.25)  # libfaketime reads `250ms` as minutes
+
+
+def test_rule_text_carries_our_comment_and_matches_loopback_locally() -> None:
+    local = drop_from_command("127.0.0.11", ["127.0.0.12", "127.0.0.13"], "partition", True)
+    assert local == (
+        "iptables -w -A INPUT -i lo -d 127.0.0.11 -s 127.0.0.12,127.0.0.13 "
+        "-m comment --comment schemachaos -m comment --comment partition -j DROP"
+    )
+    docker = drop_from_command("10.0.0.2", ["10.0.0.3"], "partition", False)
+    assert "-i lo" not in docker and "--comment schemachaos" in docker
+    assert drop_from_command("10.0.0.2", [], "partition", False) == "true"
+    lag = drop_commands(["n4"], {"n1": "10.0.0.1", "n4": "10.0.0.4"}, 10900, False)
+    assert lag == {
+        "n4": "iptables -w -A INPUT -s 10.0.0.1 -p tcp -m multiport --ports 10900 "
+        "-m comment --comment schemachaos -m comment --comment lagging-learner -j DROP"
+    }
+
+
+def test_faketime_file_moves_a_process_clock_and_only_its_own(tmp_path: Path) -> None:
+    require(Path(LIBFAKETIME).exists(), "libfaketime is not installed (Debian package faketime)")
+    ft = tmp_path / "faketime"
+    subprocess.run(["bash", "-c", write_offset_command(str(ft), 0)], check=True)
+    assert ft.read_text() == "+0\n"
+    script = (
+        "import sys, time\nfor line in sys.stdin:\n    print(int(time.time() * 1000), flush=True)\n"
+    )
+    env = {**os.environ, **faketime_env(str(ft), LIBFAKETIME)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def sample() -> tuple[float, float]:
+        t0 = time.time()
+        proc.stdin.write("\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        seen = int(proc.stdout.readline())  # type: ignore[union-attr]
+        t1 = time.time()
+        return t1 - t0, seen - (t0 + t1) * 500
+
+    def offset_ms() -> float:
+        """The sample with the shortest round trip of five (the machine is busy)."""
+        return min(sample() for _ in range(5))[1]
+
+    try:
+        host_before = time.time() - time.monotonic()
+        assert abs(offset_ms()) < 50
+        for seconds in (0.25, -0.4, 1.5, 0):
+            subprocess.run(["bash", "-c", write_offset_command(str(ft), seconds)], check=True)
+            assert abs(offset_ms() - seconds * 1000) < 50, seconds
+        # this process's clock never moved
+        assert abs((time.time() - time.monotonic()) - host_before) < 0.05
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def netns(needs_root: None) -> Iterator[str]:
+    """A fresh network namespace with lo up: 127/8 is all ours, the host's rules untouched."""
+    require(
+        shutil.which("ip") is not None and shutil.which("iptables") is not None, "no ip/iptables"
+    )
+    name = f"scnem{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _in_ns(ns: str, cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "bash", "-c", cmd], capture_output=True, text=True, timeout=60
+    )
+
+
+PROBE = """
+import socket, sys, time, threading
+dst, port, srcs, nbytes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), int(sys.argv[4])
+srv = socket.create_server((dst, port))
+def serve():
+    while True:
+        c, _ = srv.accept()
+        def drain(c=c):
+            while c.recv(65536): pass
+            c.close()
+        threading.Thread(target=drain, daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+for src in srcs:
+    t0 = time.monotonic()
+    try:
+        s = socket.create_connection((dst, port), timeout=1.0, source_address=(src, 0))
+        s.settimeout(20.0)
+        s.sendall(b"x" * nbytes)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)
+        print(src, "ok", round(time.monotonic() - t0, 2))
+    except OSError as e:
+        print(src, "blocked", type(e).__name__)
+"""
+
+
+def _probe(ns: str, dst: str, port: int, sources: list[str], nbytes: int = 10) -> dict[str, str]:
+    out = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            "-c",
+            PROBE,
+            dst,
+            str(port),
+            ",".join(sources),
+            str(nbytes),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return {line.split()[0]: " ".join(line.split()[1:]) for line in out.stdout.splitlines()}
+
+
+@pytest.mark.root
+def test_partition_rules_cut_exactly_one_direction_and_heal_removes_only_ours(netns: str) -> None:
+    # a foreign rule that heal must leave alone
+    assert _in_ns(netns, "iptables -w -A INPUT -s 127.0.0.99 -j DROP").returncode == 0
+    cmd = drop_from_command("127.0.0.11", ["127.0.0.12"], "partition", True)
+    assert _in_ns(netns, cmd).returncode == 0
+    seen = _probe(netns, "127.0.0.11", 10900, ["127.0.0.12", "127.0.0.13"])
+    assert seen["127.0.0.12"].startswith("blocked") and seen["127.0.0.13"].startswith("ok")
+    # traffic between other nodes is untouched
+    assert _probe(netns, "127.0.0.12", 10900, ["127.0.0.13"])["127.0.0.13"].startswith("ok")
+    listed = _in_ns(netns, list_rules_command()).stdout
+    assert "-d 127.0.0.11/32" in listed and "--comment partition" in listed
+    healed = _in_ns(netns, remove_rules_command("partition", "127.0.0.11"))
+    assert healed.stdout.strip() == "0"
+    assert _probe(netns, "127.0.0.11", 10900, ["127.0.0.12"])["127.0.0.12"].startswith("ok")
+    rules = _in_ns(netns, "iptables -w -S INPUT").stdout
+    assert "schemachaos" not in rules and "-s 127.0.0.99/32" in rules
+
+
+@pytest.mark.root
+def test_lagging_drop_cuts_only_the_metastore_port(netns: str) -> None:
+    cmds = drop_commands(["n4"], {"n1": "127.0.0.11", "n4": "127.0.0.14"}, 10900, True)
+    assert _in_ns(netns, cmds["n4"]).returncode == 0
+    assert _probe(netns, "127.0.0.14", 10900, ["127.0.0.11"])["127.0.0.11"].startswith("blocked")
+    assert _probe(netns, "127.0.0.14", 10800, ["127.0.0.11"])["127.0.0.11"].startswith("ok")
+    # the partition heal leaves lagging-learner rules alone; the full heal removes them
+    assert _in_ns(netns, remove_rules_command("partition", None)).stdout.strip() == "1"
+    assert _in_ns(netns, remove_rules_command(None, None)).stdout.strip() == "0"
+
+
+@pytest.mark.root
+def test_tbf_shape_slows_only_metastore_traffic_to_the_learner(netns: str) -> None:
+    shape = _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64))
+    assert shape.returncode == 0, shape.stderr
+    # twice is fine: the command replaces its own root
+    assert _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64)).returncode == 0
+    slow = _probe(netns, "127.0.0.14", 10900, ["127.0.0.11"], nbytes=20_000)["127.0.0.11"]
+    fast = _probe(netns, "127.0.0.14", 10800, ["127.0.0.11"], nbytes=20_000)["127.0.0.11"]
+    assert slow.startswith("ok") and fast.startswith("ok"), (slow, fast)
+    # 20 kB at 64 kbit/s takes ~2.5 s; unshaped it takes milliseconds
+    assert float(slow.split()[1]) > 1.5 and float(fast.split()[1]) < 0.5, (slow, fast)
+    assert _in_ns(netns, unshape_command("127.0.0.14")).stdout.strip() == "0"
+    assert "5c5c" not in _in_ns(netns, "tc qdisc show dev lo").stdout

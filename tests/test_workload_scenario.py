@@ -1,0 +1,99 @@
+"""Scenario files: one per bug toggle plus the baseline, loading, errors that name file and key,
+command-line overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workloads import build_generator
+from workloads.scenario import (
+    TOGGLES,
+    Scenario,
+    ScenarioError,
+    apply_overrides,
+    load_scenario,
+)
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@pytest.mark.parametrize("toggle", TOGGLES)
+def test_every_toggle_has_a_scenario_named_after_it(toggle: str) -> None:
+    s = load_scenario(SCENARIOS / f"{toggle}.toml")
+    assert s.name == toggle
+    assert s.toggles == (toggle,)
+    assert s.expect, "a toggle scenario names the anomaly classes it must produce"
+    assert 2 * s.idle_safe_time_interval_ms <= s.delay_ms
+    gen = build_generator(s.workload, s.seed, s.concurrency, dict(s.workload_options))
+    assert gen.next_op(0, 0.0) is not None or s.concurrency > 1
+
+
+def test_baseline_has_every_toggle_off_and_every_fault_on() -> None:
+    s = load_scenario(SCENARIOS / "baseline.toml")
+    assert s.toggles == () and s.expect == ()
+    assert set(s.nemesis) >= {"clock", "partition", "lagging-learner", "kill", "pause"}
+    assert s.nemesis_options["clock_mode"] == "skew"  # skew beyond CSmax is not a promise
+    fields = s.run_options_fields()
+    assert fields["delay_ms"] == 500 and fields["workload"] == "ddl-dml"
+    assert fields["workload_options"] == {"ddl_interval_s": 0.7, "probe_processes": 3}
+    assert fields["scenario"] == SCENARIOS / "baseline.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("seed = -1", "seed"),
+        ("time_limit = 3", "time_limit"),
+        ('concurrency = "ten"', "concurrency"),
+        ("[target]\ntoggles = ['no-such-toggle']", "toggles"),
+        ("[target]\nnodes = 3\nvoters = 4", "voters"),
+        ("[target]\ndelay_ms = 100\nidle_safe_time_interval_ms = 60", "idle_safe_time_interval_ms"),
+        ("[nemesis]\nkinds = 'clock'", "nemesis"),
+        ("[nemesis]\nevery = 3", "nemesis.every"),
+        ("[workload]\nname = 'bank'", "workload.name"),
+        ("[workload]\nddl_interval = 1", "workload.ddl_interval"),
+        ("[workload]\ntxn_min_ops = 5\ntxn_max_ops = 2", "workload.txn_max_ops"),
+        ("[workload.ddl_weights]\ntruncate = 1", "workload.ddl_weights"),
+        ("expect = ['slow']", "expect"),
+        ("target = 3", "target"),
+        ("seed = [", "-"),
+    ],
+)
+def test_bad_input_names_the_file_and_the_key(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert err.value.key == key
+    assert str(err.value).startswith(f"{path}: {key}: ")
+
+
+def test_missing_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_scenario(tmp_path / "nope.toml")
+
+
+def test_command_line_flags_override_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "seed = 4\ntime_limit_s = 30\n[target]\ntoggles = ['no-ack-wait']\npartitions = 8\n"
+        "[nemesis]\nkinds = ['clock']\n[workload]\nddl_interval_s = 0.5\n",
+    )
+    s = load_scenario(path)
+    assert s.target_config == {"partitions": 8}
+    assert s.workload_options == {"ddl_interval_s": 0.5}
+    o = apply_overrides(s, {"seed": 9, "time_limit_s": 5, "toggles": [], "nemesis": None})
+    assert (o.seed, o.time_limit_s, o.toggles, o.nemesis) == (9, 5.0, (), ("clock",))
+    assert s.seed == 4  # frozen: the file's scenario is unchanged
+    with pytest.raises(ScenarioError, match="concurrency"):
+        apply_overrides(s, {"concurrency": 0})
+    with pytest.raises(ScenarioError, match="not a scenario field"):
+        apply_overrides(s, {"colour": "red"})
+    assert isinstance(o, Scenario) and o.to_json()["toggles"] == []

@@ -28,7 +28,7 @@ from checker.contract import ContractError, read_catalog_lines, read_run_json
 from checker.durability import activation_order, lost_ddl, lost_write
 from checker.explain import ANOMALY_SCHEMA
 from checker.freshness import ack_lookup, stale_schema_read
-from checker.frames import RunFrames, build_frames
+from checker.frames import RunFrames, build_frames, release
 from checker.indexes import index_missing, index_orphan
 from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
 from checker.session import build_session
@@ -87,14 +87,25 @@ def analyze_run(
     and stops it before returning.
     """
     run_dir = Path(run_dir)
-    owned = spark is None
-    session = spark if spark is not None else build_session(spark_master)
-    try:
-        results = _analyze(session, run_dir, options)
-    finally:
-        if owned:
-            session.stop()
-    if options.write_results:
+    started = time.monotonic()
+    try:  # the small files first: a broken run directory needs no Spark at all
+        if not run_dir.is_dir():
+            raise ContractError(str(run_dir), None, None, "not a run directory")
+        read_run_json(run_dir)
+        read_catalog_lines(run_dir)
+        if not (run_dir / "history.jsonl").exists():
+            raise ContractError("history.jsonl", None, None, "missing from the run directory")
+    except ContractError as e:
+        results = _unknown([str(e)], started)
+    else:
+        owned = spark is None
+        session = spark if spark is not None else build_session(spark_master)
+        try:
+            results = _analyze(session, run_dir, options)
+        finally:
+            if owned:
+                session.stop()
+    if options.write_results and run_dir.is_dir():
         (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results
 
@@ -121,8 +132,6 @@ def _unknown(errors: list[str], started: float) -> dict[str, Any]:
 
 def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dict[str, Any]:
     started = time.monotonic()
-    if not run_dir.is_dir():
-        return _unknown([f"{run_dir}: not a run directory"], started)
     try:
         run = read_run_json(run_dir)
         lines = read_catalog_lines(run_dir)
@@ -138,9 +147,9 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
     clock = run.get("clock", "hlc")
     rename_compatible = bool(run.get("config", {}).get("rename_column_compatible", True))
     cat = CatalogIndex(spark, lines, rename_compatible)
-    events = ingested.events.persist()
+    events = ingested.events
+    frames = build_frames(events)
     try:
-        frames = build_frames(events)
         completed = frames.completions.where(F.col("type") == "ok").limit(1).count()
         if completed == 0:
             errors.append("no client operation completed: the run did not get going (setup?)")
@@ -154,7 +163,7 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
         if options.with_stats:
             stats.update(compute_stats(frames, run, ack_lookup(frames, cat), options.stats))
     finally:
-        events.unpersist()
+        release(frames)
     stats["anomalies_by_class"] = per_class
     stats["analysis_s"] = round(time.monotonic() - started, 3)
     if anomalies:

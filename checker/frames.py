@@ -33,7 +33,10 @@ class RunFrames:
 
 
 def build_frames(events: DataFrame) -> RunFrames:
-    """Derive the frames from validated events (columns of checker.ingest)."""
+    """Derive the frames from validated events (columns of checker.ingest).
+
+    `completions` and `ops` are persisted (every check reads them); call `release` when done.
+    """
     client = events.where(F.col("process") != "nemesis")
     w = Window.partitionBy("process").orderBy("index")
     paired = client.select(
@@ -53,6 +56,7 @@ def build_frames(events: DataFrame) -> RunFrames:
         .drop("_pt", "_pf")
         .withColumn("latency_ns", F.col("time") - F.col("invoke_time"))
         .withColumn("error_code", F.col("error.code"))
+        .persist()
     )
 
     txns = completions.where(F.col("f") == "txn").select(
@@ -111,6 +115,7 @@ def build_frames(events: DataFrame) -> RunFrames:
                 | (F.col("pos") < F.col("last_exec"))
             ).alias("succeeded"),
         )
+        .persist()
     )
 
     participants = txns.where(F.col("commit_ts").isNotNull()).select(
@@ -215,3 +220,9 @@ def build_frames(events: DataFrame) -> RunFrames:
         index_reads=index_reads,
         nemesis=nemesis,
     )
+
+
+def release(frames: RunFrames) -> None:
+    """Drop the cached frames of a run."""
+    frames.ops.unpersist()
+    frames.completions.unpersist()

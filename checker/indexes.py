@@ -37,7 +37,8 @@ def _available_index_reads(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     ).where(F.col("state") == "AVAILABLE")
 
 
-def _table_rows(frames: RunFrames) -> DataFrame:
+def _table_reads(frames: RunFrames) -> DataFrame:
+    """The latest final read of each table (even an empty one)."""
     latest = Window.partitionBy("table").orderBy(F.col("index").desc())
     reads = frames.table_reads.withColumn("_rn", F.row_number().over(latest)).where(
         F.col("_rn") == 1
@@ -47,7 +48,13 @@ def _table_rows(frames: RunFrames) -> DataFrame:
         F.col("index").alias("table_read"),
         F.col("node").alias("table_node"),
         F.col("ts").alias("table_ts"),
-        F.explode("rows").alias("r"),
+        "rows",
+    )
+
+
+def _table_rows(frames: RunFrames) -> DataFrame:
+    return _table_reads(frames).select(
+        "_tt", "table_read", "table_node", "table_ts", F.explode("rows").alias("r")
     ).select(
         "_tt",
         "table_read",
@@ -118,9 +125,14 @@ def index_orphan(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.from_json(F.col("e.values"), "map<string,string>").alias("ev"),
         F.col("e.values").alias("entry_json"),
     )
-    rows = _table_rows(frames).withColumn("rm", F.from_json("row_json", "map<string,string>"))
-    read_tables = rows.select(F.col("_tt").alias("_rt")).distinct()
-    entries = entries.join(read_tables, F.col("_rt") == F.col("table")).drop("_rt")
+    reads_t = _table_reads(frames).drop("rows")
+    entries = entries.join(reads_t, F.col("_tt") == F.col("table")).drop("_tt")
+    rows = _table_rows(frames).select(
+        F.col("_tt"),
+        "row_key",
+        "row_json",
+        F.from_json("row_json", "map<string,string>").alias("rm"),
+    )
     j = entries.join(
         rows, (F.col("_tt") == F.col("table")) & (F.col("row_key") == F.col("entry_key")), "left"
     )

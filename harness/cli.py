@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
+ROOT_NEMESES = frozenset({"partition", "lagging-learner"})  # iptables/tc on the host
 EXIT_CRASH = 255
 
 
@@ -141,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-analyze", action="store_true", help="record only; no checker, no report")
     run.add_argument("--no-progress", action="store_true", help="no live display")
+    run.add_argument(
+        "--gate",
+        action="store_true",
+        help="exit 0 only if the anomaly classes found are exactly the scenario's `expect`",
+    )
 
     analyze = sub.add_parser("analyze", help="check a stored run (writes results.json)")
     analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -289,6 +296,12 @@ def _validate(opts: Any) -> None:
         raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
     if opts.backend == "docker" and not docker_answers():
         raise BadInput("--backend docker: the Docker engine does not answer")
+    needs_root = sorted(set(opts.nemesis) & ROOT_NEMESES)
+    if opts.backend == "local" and needs_root and os.geteuid() != 0:
+        raise BadInput(
+            f"--nemesis {','.join(needs_root)}: the local backend needs root for iptables/tc "
+            "(run as root, or use --backend docker)"
+        )
     if opts.backend == "local" or (opts.backend == "auto" and not docker_answers()):
         from harness.remote import RemoteError
         from harness.remote_local import check_ports_free, local_address
@@ -336,7 +349,7 @@ def _run_options(args: argparse.Namespace) -> Any:
         raise BadInput(f"--scenario: {e}") from e
 
 
-def _execute(opts: Any, show_progress: bool) -> int:
+def _execute(opts: Any, show_progress: bool) -> tuple[int, Path]:
     from dataclasses import replace
 
     from harness.cluster import ProvisionError, resolve_backend
@@ -347,6 +360,11 @@ def _execute(opts: Any, show_progress: bool) -> int:
     except ProvisionError as e:
         raise BadInput(str(e)) from e
     print(f"schemachaos: {why}", file=sys.stderr)
+    if backend == "local" and os.geteuid() != 0:
+        print(
+            "schemachaos: not root: the local backend cannot inject network faults",
+            file=sys.stderr,
+        )
     opts = replace(opts, backend=backend)
     _validate(opts)
     if not show_progress:
@@ -368,11 +386,28 @@ def _execute(opts: Any, show_progress: bool) -> int:
             classes = sorted({a.get("class", "?") for a in anomalies})
             verdict += f", {len(anomalies)} anomalies ({', '.join(classes)})"
     print(f"{outcome.run_dir}: {verdict} (exit {outcome.exit_code})")
-    return outcome.exit_code
+    return outcome.exit_code, outcome.run_dir
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return _execute(_run_options(args), show_progress=not args.no_progress)
+    opts = _run_options(args)
+    code, run_dir = _execute(opts, show_progress=not args.no_progress)
+    return gate(run_dir, opts.expect) if args.gate and code in (0, 1) else code
+
+
+def gate(run_dir: Path, expect: Sequence[str]) -> int:
+    """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise."""
+    results = json.loads((run_dir / "results.json").read_text())
+    if results.get("valid") == "unknown":
+        return EXIT_BAD_INPUT
+    found = {a.get("class") for a in results.get("anomalies", [])}
+    expected = set(expect)
+    missed, unexpected = sorted(expected - found), sorted(found - expected)
+    if not missed and not unexpected:
+        print(f"gate: as expected ({', '.join(sorted(expected)) or 'no anomalies'})")
+        return 0
+    print(f"gate: missed {missed or 'nothing'}, unexpected {unexpected or 'nothing'}")
+    return 1
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -392,7 +427,25 @@ def cmd_repro(args: argparse.Namespace) -> int:
         opts = replace(opts, backend=args.backend)
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
-    return _execute(opts, show_progress=not args.no_progress)
+    code, new_dir = _execute(opts, show_progress=not args.no_progress)
+    before, after = _classes(run_dir), _classes(new_dir)
+    if before is not None and after is not None:
+        if before == after:
+            print(f"repro: same anomaly classes as {run_dir.name}: {sorted(before) or 'none'}")
+        else:
+            print(f"repro: classes differ: was {sorted(before)}, now {sorted(after)}")
+    return code
+
+
+def _classes(run_dir: Path) -> set[str] | None:
+    """Anomaly classes of an analyzed run (None: not analyzed or verdict unknown)."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return None
+    results = json.loads(path.read_text())
+    if results.get("valid") == "unknown":
+        return None
+    return {str(a.get("class")) for a in results.get("anomalies", [])}
 
 
 def _run_dir(path: Path) -> Path:

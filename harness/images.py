@@ -197,10 +197,32 @@ def _import_rootfs(client: object, rootfs: Path, tag: str, progress: Progress) -
 
 def build_base(client: object, tag: str, progress: Progress, mirror: str | None = None) -> None:
     """debootstrap + docker import; the rootfs lives in a temp dir removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix="schemachaos-rootfs-", dir="/var/tmp") as tmp:
-        rootfs = Path(tmp) / "rootfs"
+    tmp = Path(tempfile.mkdtemp(prefix="schemachaos-rootfs-", dir="/var/tmp"))
+    try:
+        rootfs = tmp / "rootfs"
         _debootstrap(rootfs, mirror or apt_mirror(), progress)
         _import_rootfs(client, rootfs, tag, progress)
+    finally:
+        remove_rootfs(tmp, progress)
+
+
+def _mounts_under(root: Path) -> list[str]:
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/mounts") as f:
+        points = [line.split()[1].encode().decode("unicode_escape") for line in f]
+    return sorted((p for p in points if p.startswith(prefix)), reverse=True)
+
+
+def remove_rootfs(root: Path, progress: Progress = _noop) -> None:
+    """Unmount whatever a failed debootstrap left mounted inside (proc, a bind-mounted /dev)
+    before deleting: rmtree would otherwise walk into the host's own /dev."""
+    for point in _mounts_under(root):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+    left = _mounts_under(root)
+    if left:
+        progress(f"left {root} in place: still mounted: {', '.join(left)}")
+        return
+    shutil.rmtree(root, ignore_errors=True)
 
 
 # Where each cluster-images/ file goes in the node image, with its mode.

@@ -11,6 +11,7 @@ import shlex
 import threading
 import time
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,19 +37,21 @@ class NodesFileError(Exception):
 
 
 def load_nodes_file(path: Path) -> list[SshHost]:
-    """TOML: [[nodes]] name, host, port, user, key (private key path), known_hosts (optional)."""
+    """TOML: [[node]] (or [[nodes]]) name, host, port, user, key (private key path),
+    known_hosts (optional; default ~/.ssh/known_hosts)."""
     if not path.is_file():
         raise NodesFileError(f"nodes file not found: {path}")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise NodesFileError(f"{path}: not valid TOML: {e}") from e
-    entries = data.get("nodes")
+    key_name = "node" if "node" in data else "nodes"
+    entries = data.get(key_name)
     if not isinstance(entries, list) or not entries:
-        raise NodesFileError(f"{path}: needs at least one [[nodes]] table")
+        raise NodesFileError(f"{path}: needs at least one [[node]] table")
     hosts: list[SshHost] = []
     for i, entry in enumerate(entries):
-        where = f"{path}: nodes[{i}]"
+        where = f"{path}: {key_name}[{i}]"
         if not isinstance(entry, dict):
             raise NodesFileError(f"{where}: not a table")
         for key in ("name", "host"):
@@ -182,19 +185,30 @@ class SshRemote:
         return check_result(self.name, cmd, CommandResult(code, out, err), check)
 
     def upload(self, local: Path, remote_path: str) -> None:
+        """sftp as the login user; through a temp file and `sudo mv` when that is not root."""
         client = self._connect()
+        staging = f"/tmp/.schemachaos-{uuid.uuid4().hex}" if self._sudo else remote_path
         try:
             with client.open_sftp() as sftp:
-                sftp.put(str(local), remote_path)
+                sftp.put(str(local), staging)
         except (paramiko.SSHException, OSError) as e:
             raise RemoteError(self.name, f"upload {local} -> {remote_path} failed: {e}") from e
+        if self._sudo:
+            self.run(f"mv {shlex.quote(staging)} {shlex.quote(remote_path)}")
 
     def download(self, remote_path: str, local: Path) -> None:
         client = self._connect()
         local.parent.mkdir(parents=True, exist_ok=True)
+        staging = remote_path
+        if self._sudo:
+            staging = f"/tmp/.schemachaos-{uuid.uuid4().hex}"
+            user = shlex.quote(self._user)
+            self.run(f"cp {shlex.quote(remote_path)} {staging} && chown {user} {staging}")
         try:
             with client.open_sftp() as sftp:
-                sftp.get(remote_path, str(local))
+                sftp.get(staging, str(local))
+                if staging != remote_path:
+                    sftp.remove(staging)
         except (paramiko.SSHException, OSError) as e:
             raise RemoteError(self.name, f"download {remote_path} -> {local} failed: {e}") from e
 

@@ -20,6 +20,7 @@ from typing import Any
 from harness.cluster import (
     ClusterSpec,
     ProvisionError,
+    ignore_signals,
     node_names,
     provision,
     resolve_backend,
@@ -27,6 +28,7 @@ from harness.cluster import (
     teardown_on_signals,
 )
 from harness.store import RunDir, controller_logging, detach_logging, new_run_dir, write_json
+from harness.target import TargetSetupError
 
 log = logging.getLogger("schemachaos.run")
 HARNESS_VERSION = "0.1.0"
@@ -262,7 +264,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
             except KeyboardInterrupt as e:
                 interrupted = str(e) or "SIGINT"
                 raise
-            except (ProvisionError, ImportError) as e:
+            except (ProvisionError, ImportError, TargetSetupError) as e:
                 errors.append(f"setup failed: {e}")
                 log.error("setup failed: %s", e)
             except Exception as e:
@@ -355,16 +357,17 @@ def _run_cluster(
             target.wait_ready(opts.ready_timeout_s)
             asyncio.run(_exercise(opts, run, cluster, target, schedule, recorder, state, notify))
         finally:
-            state.set_phase("collecting logs")
-            notify()
-            for node in cluster.nodes:
-                try:
-                    target.collect_logs(node, run.node_dir(node))
-                except Exception as e:
-                    log.warning("logs of %s: %s", node, e)
-            state.set_phase("tearing down")
-            notify()
-            target.teardown()
+            with ignore_signals():  # a second Ctrl-C must not skip the teardown
+                state.set_phase("collecting logs")
+                notify()
+                for node in cluster.nodes:
+                    try:
+                        target.collect_logs(node, run.node_dir(node))
+                    except Exception as e:
+                        log.warning("logs of %s: %s", node, e)
+                state.set_phase("tearing down")
+                notify()
+                target.teardown()
 
 
 def _tables_and_indexes(catalog: list[dict[str, Any]]) -> list[dict[str, Any]]:

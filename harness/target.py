@@ -42,6 +42,10 @@ class ClientError(Exception):
         return {"code": self.code, "message": self.message, "retriable": self.retriable}
 
 
+class TargetSetupError(Exception):
+    """A target could not install, configure, start or become ready: verdict unknown."""
+
+
 @runtime_checkable
 class TargetClient(Protocol):
     node: str

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from harness.cluster import REPO_ROOT, Cluster
 from harness.remote import Remote, RemoteError, pgrep_command
-from harness.target import ClientError
+from harness.target import ClientError, TargetSetupError
 
 log = logging.getLogger("schemachaos.target")
 T = TypeVar("T")
@@ -48,8 +48,12 @@ OP_TIMEOUT_S = 60.0  # a backstop: the workload runner sets the real per-op time
 CONNECT_TIMEOUT_S = 5.0
 
 
-class TargetError(Exception):
+class TargetError(TargetSetupError):
     """The target could not be set up or did not become ready; one line naming node and cause."""
+
+
+class CatalogUnreadable(Exception):
+    """No node answered admin.catalog_log: the run cannot be checked (verdict unknown)."""
 
 
 def _toml_value(value: Any) -> str:
@@ -284,6 +288,8 @@ class SchemaSyncTarget:
         cluster = self._cluster()
         last: dict[str, str] = {n: "no answer" for n in cluster.nodes}
         deadline = time.monotonic() + timeout
+        next_liveness = time.monotonic() + 1.0
+        prev_commit: int | None = None  # the leader's commit index one round ago
         while True:
             statuses = await asyncio.gather(
                 *(self._status_once(n) for n in cluster.nodes), return_exceptions=True
@@ -299,21 +305,45 @@ class SchemaSyncTarget:
             if len(leaders) == 1 and None not in leaders:
                 leader_status = answers.get(str(next(iter(leaders))))
             if leader_status is not None and len(answers) == len(cluster.nodes):
+                # Everyone applied what the leader had committed a round ago: the index keeps
+                # moving (idle SyncTime entries), so the comparison is against a fixed point.
                 commit = int(leader_status.get("commit_index", 0))
-                behind = [
-                    n for n, s in answers.items() if int(s.get("applied_index", 0)) < max(1, commit)
-                ]
-                if not behind:
+                goal = max(1, prev_commit if prev_commit is not None else commit)
+                behind = [n for n, s in answers.items() if int(s.get("applied_index", 0)) < goal]
+                if prev_commit is not None and not behind:
                     return
+                prev_commit = commit
                 for n in behind:
-                    last[n] = f"applied {answers[n].get('applied_index')} < commit {commit}"
+                    last[n] = f"applied {answers[n].get('applied_index')} < commit {goal}"
             else:
+                prev_commit = None
                 for node, s in answers.items():
                     last[node] = f"leader {s.get('leader')!r}, applied {s.get('applied_index')}"
             if time.monotonic() >= deadline:
                 detail = "; ".join(f"{n}: {why}" for n, why in sorted(last.items()))
                 raise TargetError(f"cluster not ready after {timeout:.0f}s: {detail}")
+            if time.monotonic() >= next_liveness:
+                next_liveness = time.monotonic() + 1.0
+                silent = [n for n in cluster.nodes if n not in answers]
+                dead = await asyncio.to_thread(self._dead, silent)
+                if dead:
+                    raise TargetError(
+                        f"{dead[0]}: node process exited: {self._last_words(dead[0])}"
+                    )
             await asyncio.sleep(0.2)
+
+    def _dead(self, nodes: list[str]) -> list[str]:
+        return [n for n in nodes if not self._running(n)]
+
+    def _last_words(self, node: str) -> str:
+        """The last lines a dead node wrote (stdout first: config errors go there)."""
+        root = shlex.quote(self.node_dir(node))
+        out = self._remote(node).run(
+            f"tail -n 3 {root}/stdout.log 2>/dev/null; tail -n 2 {root}/node.log 2>/dev/null",
+            check=False,
+        )
+        text = " | ".join(line.strip() for line in out.stdout.splitlines() if line.strip())
+        return text[-600:] or "no output"
 
     async def _status_once(self, node: str) -> dict[str, Any]:
         from schemasync.client import Client
@@ -370,7 +400,7 @@ class SchemaSyncTarget:
                         await client.close()
             except Exception as e:
                 errors.append(f"{node}: {e}")
-        raise TargetError("catalog log not readable from any node: " + "; ".join(errors))
+        raise CatalogUnreadable("catalog log not readable from any node: " + "; ".join(errors))
 
     def teardown(self) -> None:
         """Kill every node process (stopped ones too); the backend removes the rest."""

@@ -46,6 +46,38 @@ def write_offset_command(faketime_file: str, seconds: float) -> str:
     return f"printf '%s\\n' {shlex.quote(offset_literal(seconds))} > {tmp} && mv -f {tmp} {path}"
 
 
+def strobe_command(
+    faketime_file: str, low: float, high: float, period_s: float, duration_s: float
+) -> str:
+    """Start, on the node, a loop that flips the offset between high and low every period for
+    the duration: node-side, so the period does not depend on the controller's round trip.
+    Its pid and flip count live next to the faketime file."""
+    f = faketime_file
+    count = shlex.quote(f + ".strobe.count")
+    body = (
+        f"end=$(( $(date +%s%N) + {round(duration_s * 1e9)} )); n=0; "
+        'while [ "$(date +%s%N)" -lt "$end" ]; do '
+        f"{write_offset_command(f, high)}; n=$((n + 1)); echo $n > {count}; "
+        f"sleep {period_s:.3f}; "
+        f"{write_offset_command(f, low)}; n=$((n + 1)); echo $n > {count}; "
+        f"sleep {period_s:.3f}; done"
+    )
+    return (
+        f"nohup bash -c {shlex.quote(body)} > /dev/null 2>&1 < /dev/null & "
+        f"echo $! > {shlex.quote(f + '.strobe.pid')}"
+    )
+
+
+def stop_strobe_command(faketime_file: str) -> str:
+    """Stop a strobe loop if one runs; print its flip count (nothing if there was none)."""
+    pid = shlex.quote(faketime_file + ".strobe.pid")
+    count = shlex.quote(faketime_file + ".strobe.count")
+    return (
+        f"if [ -f {pid} ]; then kill $(cat {pid}) 2>/dev/null; cat {count} 2>/dev/null; fi; "
+        f"rm -f {pid} {count}"
+    )
+
+
 def measured_offsets(views: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Per node: its faked wall clock and its HLC physical part minus the controller's clock,
     in seconds, with the round trip that bounds the error."""
@@ -74,14 +106,25 @@ async def set_offsets(ctx: NemesisContext, offsets: Mapping[str, float]) -> dict
 
 
 async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Measure, set the offsets of skew / skew-beyond / bump (or the first of strobe), measure."""
+    """Measure, set the offsets of skew / skew-beyond / bump (or start strobe's loop), measure."""
     before = await measure(ctx)
     started = time.monotonic()
     if params["mode"] == "strobe":
-        offsets = {params["node"]: float(params["offsets"][1])}
+        node = params["node"]
+        low, high = (float(x) for x in params["offsets"])
+        offsets = {node: high}
+        cmd = strobe_command(
+            ctx.faketime_file(node),
+            low,
+            high,
+            float(params["period_s"]),
+            float(params["duration_s"]),
+        )
+        errors = failures(await run_on_each(ctx, {node: cmd}))
+        await asyncio.sleep(0.02)  # the loop's first write lands before the reading below
     else:
         offsets = {n: float(s) for n, s in params["offsets"].items()}
-    errors = await set_offsets(ctx, offsets)
+        errors = await set_offsets(ctx, offsets)
     applied_ms = round((time.monotonic() - started) * 1000, 1)
     out: dict[str, Any] = {
         "written": offsets,
@@ -94,37 +137,27 @@ async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
     return out
 
 
-async def strobe(ctx: NemesisContext, params: dict[str, Any], stop: asyncio.Event) -> int:
-    """Flip one node between two offsets every period until the duration ends or stop is set;
-    returns the number of flips (the first offset was set by start_clock)."""
-    node = params["node"]
-    low, high = (float(x) for x in params["offsets"])
-    period = float(params["period_s"])
-    deadline = time.monotonic() + float(params["duration_s"])
-    flips = 0
-    current = high
-    while time.monotonic() < deadline and not stop.is_set():
-        try:
-            async with asyncio.timeout(period):
-                await stop.wait()
-            break
-        except TimeoutError:
-            pass
-        current = low if current == high else high
-        await set_offsets(ctx, {node: current})
-        flips += 1
-    return flips
-
-
 async def reset_clocks(ctx: NemesisContext, nodes: Sequence[str] | None = None) -> dict[str, Any]:
     """Every node back to offset +0, measured before and after."""
     names = list(nodes) if nodes is not None else list(ctx.cluster.nodes)
     before = await measure(ctx, names)
     started = time.monotonic()
-    errors = await set_offsets(ctx, dict.fromkeys(names, 0.0))
+    commands = {
+        n: f"{stop_strobe_command(ctx.faketime_file(n))}; "
+        f"{write_offset_command(ctx.faketime_file(n), 0.0)}"
+        for n in names
+    }
+    results = await run_on_each(ctx, commands)
     healed_ms = round((time.monotonic() - started) * 1000, 1)
+    errors = failures(results)
+    flips = {
+        n: int(r.stdout.split()[-1])
+        for n, r in results.items()
+        if not isinstance(r, BaseException) and r.stdout.split()
+    }
     out: dict[str, Any] = {
         "written": dict.fromkeys(names, 0.0),
+        **({"strobe_flips": flips} if flips else {}),
         "before": before,
         "after": await measure(ctx, names),
         "healed_ms": healed_ms,

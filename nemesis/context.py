@@ -38,7 +38,6 @@ class NemesisState:
     killed: set[str] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
     inhibited: set[str] = field(default_factory=set)
-    strobes: dict[int, tuple[asyncio.Event, asyncio.Task[int]]] = field(default_factory=dict)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from the kernels we run on), `inhibit` holds the learner's apply with its admin 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from nemesis.context import (
     run_on_each,
     statuses,
 )
-from nemesis.partition import drop_from_command, remove_rules
+from nemesis.partition import comment_args, remove_rules_command
 
 LAGGING_TAG = "lagging-learner"
 QDISC_HANDLE = "5c5c"  # our htb root on a device: "sc" twice, so heal can tell it from others
@@ -36,17 +37,16 @@ def port_match(port: int) -> str:
 def drop_commands(
     learners: Sequence[str], hosts: dict[str, str], port: int, local: bool
 ) -> dict[str, str]:
-    """On each learner: drop metastore traffic from every other node."""
-    return {
-        learner: drop_from_command(
-            hosts[learner],
-            [h for n, h in hosts.items() if n != learner],
-            LAGGING_TAG,
-            local,
-            match=port_match(port),
+    """On each learner: drop all inbound metastore traffic, whoever sends it (only nodes
+    speak on that port). No source match, so it also works locally where nodes connect from
+    127.0.0.1: there the rule names the learner's address on `lo` instead."""
+    commands = {}
+    for learner in learners:
+        where = f"-i lo -d {shlex.quote(hosts[learner])} " if local else ""
+        commands[learner] = (
+            f"iptables -w -A INPUT {where}{port_match(port)} {comment_args(LAGGING_TAG)} -j DROP"
         )
-        for learner in learners
-    }
+    return commands
 
 
 def device_of(dest: str) -> str:
@@ -79,14 +79,16 @@ def shape_command(learner_hosts: Sequence[str], port: int, rate_kbit: int) -> st
     return " && ".join(lines)
 
 
-def unshape_command(dest: str) -> str:
-    """Remove our htb root (only ours, recognized by its handle) from the device towards dest."""
+def unshape_command() -> str:
+    """Remove our htb root (only ours, recognized by its handle) from every device; print how
+    many remain."""
     h = QDISC_HANDLE
     return (
-        f"dev={device_of(dest)}; "
+        "left=0; for dev in $(ls /sys/class/net); do "
         f'if tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root"; then '
-        f'tc qdisc del dev "$dev" root handle {h}:; fi; '
-        f'tc qdisc show dev "$dev" | grep -c "qdisc htb {h}: root" || true'
+        f'tc qdisc del dev "$dev" root handle {h}: || true; '
+        f'tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root" && left=$((left + 1)); '
+        'fi; done; echo "$left"'
     )
 
 
@@ -170,15 +172,13 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
     started = time.monotonic()
     out: dict[str, Any] = {"before": before}
     errors: dict[str, str] = {}
-    rules = await remove_rules(ctx, LAGGING_TAG)
-    errors.update(rules.get("errors", {}))
-    if learners:
-        dest = ctx.host(learners[0])
-        errors.update(
-            failures(
-                await run_on_each(ctx, dict.fromkeys(ctx.cluster.nodes, unshape_command(dest)))
-            )
-        )
+    # one round trip per node: our rules out, our qdisc off the device towards the learners
+    commands = {
+        n: remove_rules_command(LAGGING_TAG, ctx.host(n) if ctx.local else None)
+        + f"; {unshape_command()}"
+        for n in ctx.cluster.nodes
+    }
+    errors.update(failures(await run_on_each(ctx, commands)))
     held = (
         [n for n in learners if n in ctx.state.inhibited]
         if params.get("mode") != "inhibit"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
@@ -21,15 +22,10 @@ log = logging.getLogger("schemachaos.nemesis")
 __all__ = ["NemesisContext", "apply_step", "heal_all", "run_schedule"]
 
 
-async def _start(ctx: NemesisContext, step: NemesisStep, tg: asyncio.TaskGroup) -> dict[str, Any]:
+async def _start(ctx: NemesisContext, step: NemesisStep) -> dict[str, Any]:
     kind = step.params["kind"]
     if kind == "clock":
-        value = await clock.start_clock(ctx, step.params)
-        if step.params["mode"] == "strobe":
-            halt = asyncio.Event()
-            task = tg.create_task(clock.strobe(ctx, step.params, halt))
-            ctx.state.strobes[step.params["fault"]] = (halt, task)
-        return value
+        return await clock.start_clock(ctx, step.params)
     if kind == "partition":
         return await partition.start_partition(ctx, step.params)
     if kind == "lagging-learner":
@@ -44,12 +40,7 @@ async def _start(ctx: NemesisContext, step: NemesisStep, tg: asyncio.TaskGroup) 
 async def _stop(ctx: NemesisContext, fault: int, kind: str) -> dict[str, Any]:
     started = ctx.state.active.pop(fault, {"kind": kind})
     if kind == "clock":
-        extra: dict[str, Any] = {}
-        if fault in ctx.state.strobes:
-            halt, task = ctx.state.strobes.pop(fault)
-            halt.set()
-            extra["strobe_flips"] = await task
-        return {**extra, **await clock.reset_clocks(ctx)}
+        return await clock.reset_clocks(ctx)
     if kind == "partition":
         return await partition.heal_partition(ctx)
     if kind == "lagging-learner":
@@ -62,7 +53,7 @@ async def _stop(ctx: NemesisContext, fault: int, kind: str) -> dict[str, Any]:
 
 
 async def apply_step(
-    ctx: NemesisContext, step: NemesisStep, recorder: NemesisRecorder, tg: asyncio.TaskGroup
+    ctx: NemesisContext, step: NemesisStep, recorder: NemesisRecorder
 ) -> dict[str, Any]:
     """Do one step and record it; a failed action is recorded with `error`, never raised."""
     kind = step.params["kind"]
@@ -72,7 +63,7 @@ async def apply_step(
     try:
         if step.action == START[kind]:
             ctx.state.active[fault] = dict(step.params)
-            value = await _start(ctx, step, tg)
+            value = await _start(ctx, step)
             ctx.state.active[fault].update(value)
         elif step.action == STOP[kind]:
             value = await _stop(ctx, fault, kind)
@@ -100,22 +91,37 @@ async def run_schedule(
     """
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    async with asyncio.TaskGroup() as tg:
-        try:
-            for step in schedule:
-                delay = t0 + step.at_s - loop.time()
-                if delay > 0 and not stop.is_set():
-                    try:
-                        async with asyncio.timeout(delay):
-                            await stop.wait()
-                    except TimeoutError:
-                        pass
-                if stop.is_set():
-                    break
-                await apply_step(ctx, step, recorder, tg)
-        finally:
-            for halt, _ in ctx.state.strobes.values():
-                halt.set()
+    for step in schedule:
+        delay = t0 + step.at_s - loop.time()
+        if delay > 0 and not stop.is_set():
+            try:
+                async with asyncio.timeout(delay):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+        if stop.is_set():
+            return
+        await apply_step(ctx, step, recorder)
+
+
+async def _remove_network_faults(ctx: NemesisContext) -> dict[str, Any]:
+    """All our iptables rules and qdiscs off every node, in one round trip per node; what
+    remains of each (both 0 when healed)."""
+    commands = {
+        n: partition.remove_rules_command(None, ctx.host(n) if ctx.local else None)
+        + f"; {lagging.unshape_command()}"
+        for n in ctx.cluster.nodes
+    }
+    results = await run_on_each(ctx, commands)
+    out: dict[str, Any] = {"rules_remaining": {}, "qdiscs_remaining": {}}
+    for n, r in results.items():
+        if isinstance(r, BaseException):
+            out.setdefault("errors", {})[n] = f"{type(r).__name__}: {r}"
+            continue
+        lines = r.stdout.split()
+        out["rules_remaining"][n] = int(lines[-2]) if len(lines) >= 2 else None
+        out["qdiscs_remaining"][n] = int(lines[-1]) if lines else None
+    return out
 
 
 async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, Any]:
@@ -150,26 +156,16 @@ async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, 
         out["resumed"] = await process.resume(ctx, nodes)
         if ctx.state.killed:
             out["restarted"] = await process.restart(ctx, sorted(ctx.state.killed))
-        rules = await partition.remove_rules(ctx, None)
-        out["rules_remaining"] = rules["rules_remaining"]
-        errors.update(rules.get("errors", {}))
-        if ctx.cluster.learners:
-            dest = ctx.host(ctx.cluster.learners[0])
-            shaped = await run_on_each(ctx, dict.fromkeys(nodes, lagging.unshape_command(dest)))
-            out["qdiscs_remaining"] = {
-                n: int(r.stdout.strip() or 0)
-                for n, r in shaped.items()
-                if not isinstance(r, BaseException)
-            }
-            held = sorted(set(ctx.cluster.learners) | ctx.state.inhibited)
-            if ctx.target.name == "schemasync":
-                errors.update(
-                    {
-                        f"inhibit {n}": why
-                        for n, why in (await lagging.set_inhibit(ctx, held, False)).items()
-                    }
-                )
-            ctx.state.inhibited.clear()
+        # locally without root nothing could have added rules, and nothing can list them
+        if not (ctx.local and os.geteuid() != 0):
+            network = await _remove_network_faults(ctx)
+            errors.update(network.pop("errors", {}))
+            out.update(network)
+        held = sorted(set(ctx.cluster.learners) | ctx.state.inhibited)
+        if held and ctx.target.name == "schemasync":
+            released = await lagging.set_inhibit(ctx, held, False)
+            errors.update({f"inhibit {n}": why for n, why in released.items()})
+        ctx.state.inhibited.clear()
         out["clock"] = await clock.reset_clocks(ctx)
     except Exception as e:
         log.warning("heal-all failed: %s", e)

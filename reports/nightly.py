@@ -90,8 +90,13 @@ class NightlyResult:
 
 
 class RunOutcomeLike(Protocol):
-    run_dir: Path
-    exit_code: int
+    """What harness.run.run_test returns (RunOutcome): read-only is enough."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    @property
+    def exit_code(self) -> int: ...
 
 
 Runner = Callable[[NightlyCell, Path], RunOutcomeLike]
@@ -468,7 +473,9 @@ def _trend_plots(summary: Mapping[str, Any], out_dir: Path) -> list[tuple[str, P
             )
             for key, style in zip(keys, ("-o", "--s"), strict=False):
                 have = [r for r in rows if r[key] is not None]
-                xs = [datetime.fromtimestamp(r["start_wall_ms"] / 1000, tz=UTC) for r in have]
+                xs: list[Any] = [
+                    datetime.fromtimestamp(r["start_wall_ms"] / 1000, tz=UTC) for r in have
+                ]
                 ys = [r[key] for r in have]
                 label = f"{sc} {key.split('_')[1]}" if len(keys) > 1 else sc
                 if xs:

@@ -37,7 +37,7 @@ NEMESIS_COLOURS = (
     "#7f7f7f",
 )
 ACTIVATION_COLOUR = "#6a3d9a"
-MAX_SCATTER_OK = 100_000  # ok points kept in latency-raw; every fail/info is always drawn
+MAX_SCATTER_OK = 60_000  # ok points kept in latency-raw; every fail/info is always drawn
 MAX_BINS = 200
 
 
@@ -346,9 +346,10 @@ def plot_schema_versions(data: RunData) -> Figure:
     bottom.set_ylabel("version skew")
     skew = _by_node(data.op_version_skew)
     for i, (node, (x, y)) in enumerate(skew.items()):
-        if len(x) > 50_000:
+        cap = MAX_SCATTER_OK // max(1, len(skew))
+        if len(x) > cap:
             keep = np.flatnonzero(y != 0)
-            step = np.arange(0, len(x), math.ceil(len(x) / 50_000))
+            step = np.arange(0, len(x), math.ceil(len(x) / cap))
             idx = np.union1d(keep, step)
             x, y = x[idx], y[idx]
         bottom.scatter(
@@ -473,6 +474,18 @@ PLOTS: tuple[tuple[str, str, Callable[[RunData], Figure]], ...] = (
 )
 
 
+def _rasterize_dense(fig: Figure, points: int = 2_000) -> None:
+    """Dense point clouds become one embedded image in the SVG; axes and text stay vector."""
+    for ax in fig.axes:
+        for line in ax.lines:
+            if np.size(line.get_xdata()) > points:
+                line.set_rasterized(True)
+        for coll in ax.collections:
+            offsets = coll.get_offsets()
+            if offsets is not None and np.shape(offsets)[0] > points:
+                coll.set_rasterized(True)
+
+
 def render_plots(data: RunData, out_dir: Path, dpi: int = 90) -> list[PlotFile]:
     """Write every plot as PNG and SVG into out_dir; returns them in report order."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -480,6 +493,7 @@ def render_plots(data: RunData, out_dir: Path, dpi: int = 90) -> list[PlotFile]:
     for name, title, build in PLOTS:
         fig = build(data)
         try:
+            _rasterize_dense(fig)
             fig.tight_layout()
             png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
             fig.savefig(png, dpi=dpi)

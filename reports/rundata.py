@@ -179,9 +179,9 @@ def _read_catalog(path: Path) -> list[dict[str, Any]]:
 
 
 def _offsets(value: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, float]:
-    """Per-node clock offsets (seconds) a clock nemesis recorded, in any of the usual shapes."""
+    """Per-node clock offsets (seconds) a clock nemesis wrote, in any of the usual shapes."""
     known = set(nodes)
-    for key in OFFSET_KEYS:
+    for key in (*OFFSET_KEYS, "written"):
         got = value.get(key)
         if isinstance(got, dict):
             return {str(n): float(v) for n, v in got.items() if isinstance(v, int | float)}
@@ -190,8 +190,31 @@ def _offsets(value: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, float]
             if isinstance(targets, str):
                 targets = [targets]
             return {str(n): float(got) for n in targets}
-    direct = {n: float(v) for n, v in value.items() if n in known and isinstance(v, int | float)}
-    return direct
+    return {n: float(v) for n, v in value.items() if n in known and isinstance(v, int | float)}
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a nemesis measured on one node: where in its value, and the node's fields."""
+
+    path: tuple[str, ...]
+    node: str
+    fields: Mapping[str, Any]
+
+
+def node_views(value: Any, nodes: set[str], path: tuple[str, ...] = ()) -> list[NodeView]:
+    """Every {node: {...}} mapping nested in a nemesis value (measured offsets, learner views)."""
+    out: list[NodeView] = []
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if key in nodes and isinstance(sub, dict):
+                out.append(NodeView(path, key, sub))
+            elif isinstance(sub, dict | list):
+                out.extend(node_views(sub, nodes, (*path, str(key))))
+    elif isinstance(value, list) and len(path) < 8:
+        for sub in value:
+            out.extend(node_views(sub, nodes, path))
+    return out
 
 
 def _summary(f: str, value: Mapping[str, Any] | None) -> str:
@@ -294,6 +317,35 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         elif isinstance(hlc_now, int) and comparable:
             add(offs, node, t, ((hlc_now >> 16) - start_wall_ms - t * 1000.0) / 1000.0)
 
+    node_set = set(nodes)
+
+    def nemesis_samples(t: float, value: Mapping[str, Any]) -> None:
+        """Measured clock offsets and safe-time lag from a nemesis event's value."""
+        took = value.get("elapsed_ms")
+        before_t = t - took / 1000.0 if isinstance(took, int | float) else t
+        measured = False
+        for view in node_views(value, node_set):
+            when = before_t if "before" in view.path else t
+            fields = view.fields
+            off = fields.get("wall_offset_s", fields.get("hlc_offset_s", fields.get("offset_s")))
+            if isinstance(off, int | float) and not isinstance(off, bool):
+                add(offs, view.node, when, float(off))
+                measured = True
+            safe = fields.get("safe_ts")
+            if isinstance(safe, int) and comparable:
+                now = fields.get("hlc_now")
+                ref = (now >> 16) if isinstance(now, int) else start_wall_ms + when * 1000.0
+                add(lag, view.node, when, float(ref - (safe >> 16)))
+        if not measured:
+            for node, off in _offsets(value, nodes).items():
+                add(offs, node, t, off)
+        for sample in value.get("status") or []:
+            if isinstance(sample, dict):
+                status_sample(sample.get("node"), t, sample)
+
+    activation, table_versions = catalog.activation, catalog.tables
+    bisect_right = bisect.bisect_right
+    skew_node, skew_t, skew_v = skew
     history = run_dir / "history.jsonl"
     fh = history.open(encoding="utf-8") if history.exists() else None
     try:
@@ -330,14 +382,13 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
                     kind = f.split("-", 1)[1]
                     waiting = open_windows.get(kind)
                     if waiting:
-                        w = waiting.pop(0)
+                        fault = value.get("fault") if isinstance(value, dict) else None
+                        same = [w for w in waiting if w["v"].get("fault") == fault]
+                        w = same[0] if fault is not None and same else waiting[0]
+                        waiting.remove(w)
                         closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
                 if isinstance(value, dict):
-                    for node, off in _offsets(value, nodes).items():
-                        add(offs, node, t, off)
-                    for sample in value.get("status") or []:
-                        if isinstance(sample, dict):
-                            status_sample(sample.get("node"), t, sample)
+                    nemesis_samples(t, value)
                 continue
             if typ == "invoke":
                 pending[proc] = (idx, t_ns, f, value)
@@ -379,17 +430,19 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
                     want = catalog.cat(ts) if isinstance(ts, int) else None
                     add(probe_a, node, x, float(want) if want is not None else float("nan"))
             elif inv_f == "txn":
-                for op in value.get("ops") or []:
+                for op in value.get("ops") or ():
                     if not isinstance(op, dict):
                         continue
-                    op_ts, sv, tbl = op.get("op_ts"), op.get("schema_version"), op.get("table")
-                    if not (isinstance(op_ts, int) and isinstance(sv, int)):
+                    op_ts, sv = op.get("op_ts"), op.get("schema_version")
+                    if op_ts.__class__ is not int or sv.__class__ is not int:
                         continue
-                    want = catalog.tsv(str(tbl), op_ts)
+                    pos = bisect_right(activation, op_ts) - 1
+                    want = table_versions[pos].get(str(op.get("table"))) if pos >= 0 else None
                     if want is None:
                         continue
-                    x = hlc_s(op_ts)
-                    add(skew, str(op.get("node") or node), x if x is not None else t, sv - want)
+                    skew_node.append(str(op.get("node") or node))
+                    skew_t.append(((op_ts >> 16) - start_wall_ms) / 1000.0 if comparable else t)
+                    skew_v.append(float(sv - want))
             elif inv_f == "status" and typ == "ok":
                 status_sample(node or value.get("node"), t, value)
     finally:

@@ -45,6 +45,9 @@ class Client:
         return client
 
     async def _ensure_connected(self) -> RpcConnection:
+        if self._conn is not None and self._conn.stale():
+            self._conn.close()  # the node closed it while idle: reconnect, same order
+            self._conn = None
         if self._conn is not None:
             return self._conn
         failures = []

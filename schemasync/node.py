@@ -232,9 +232,12 @@ class Node:
                 handler: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] = handler,
                 port_name: str = port_name,
             ) -> None:
-                await serve_connection(
-                    reader, writer, handler, self.hlc.now, self.hlc.update, port_name
-                )
+                # asyncio.Server owns this task and nobody awaits it: at shutdown it ends
+                # quietly instead of surfacing a cancellation in asyncio's stream callback.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serve_connection(
+                        reader, writer, handler, self.hlc.now, self.hlc.update, port_name
+                    )
 
             server = await asyncio.start_server(
                 on_connect, me.bind, port, limit=16 * 1024 * 1024 + 8, reuse_address=True
@@ -287,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _setup_logging(config)
     log.info("node %s starting (toggles: %s)", config.name, sorted(config.toggles) or "none")
+    if config.extra:
+        log.warning(
+            "config keys not read by the core (txn layer options?): %s", sorted(config.extra)
+        )
     if config.idle_safe_time_interval_ms * 2 > config.delay_duration_ms:
         log.warning(
             "idle_safe_time_interval_ms %d exceeds delay_duration_ms/2 (%d): schema waits"

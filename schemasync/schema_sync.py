@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemasync.catalog import Catalog, CatalogHistory
-from schemasync.hlc import HybridClock, add_ms, ceil_ms, physical_ms, wall_ms
+from schemasync.hlc import HybridClock, add_ms, ceil_ms, physical_ms
 from schemasync.metastore import SafeTimeTracker
 from schemasync.toggles import ACK_WAIT_NO_SKEW, HLC_NO_ROUND_UP, NO_ACK_WAIT, NO_SAFE_TIME_WAIT
 
@@ -99,5 +99,7 @@ class SchemaSync:
             now = self.clock.now()
             if now >= target:
                 return now
-            ahead_ms = physical_ms(target) - wall_ms()
+            # The HLC moves with the wall clock or faster (messages from nodes ahead), so
+            # sleeping the HLC's distance to the target never oversleeps.
+            ahead_ms = physical_ms(target) - physical_ms(now)
             await asyncio.sleep(max(ahead_ms, 0) / 1000 + 0.0005)

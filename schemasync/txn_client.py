@@ -142,7 +142,8 @@ class Transaction:
             known = self.tables.get(table, {}).get("schema_version")
             reply, retries = await _with_schema_retry(self.client, self.cache, table, send, known)
         except SchemaSyncError as e:
-            self.done = True
+            # A server error ended the txn there; a lost reply did not: roll it back then.
+            self.done = e.data.get("definite") is not False
             raise TxnFailed(e, e.data.get("value") or self.value()) from None
         self.schema_retries += retries
         self.tables[table] = dict(reply["table"])
@@ -189,7 +190,7 @@ class Transaction:
     async def rollback(self) -> None:
         if self.txn_id is not None and not self.done:
             self.done = True
-            await self.client.request("txn.rollback", {"txn_id": self.txn_id})
+            await self.client.request("txn.rollback", {"txn_id": self.txn_id}, timeout=2.0)
 
 
 async def run_implicit(client: Client, op: dict[str, Any]) -> dict[str, Any]:
@@ -234,10 +235,10 @@ async def run_txn(
         for op in ops:
             await txn.op(op)
         return await txn.commit()
-    except TxnFailed:
-        raise
     except SchemaSyncError as e:
         if not txn.done:
             with contextlib.suppress(SchemaSyncError):
                 await txn.rollback()
+        if isinstance(e, TxnFailed):
+            raise
         raise TxnFailed(e, txn.value()) from None

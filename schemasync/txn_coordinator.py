@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 5.0
 DECIDE_TIMEOUT_S = 2.0
-IDLE_TXN_TIMEOUT_S = 60.0
+IDLE_TXN_TIMEOUT_S = 30.0
 IMPLICIT_ATTEMPTS = 5
 
 PeerCall = Callable[[str, str, dict[str, Any], float], Awaitable[dict[str, Any]]]

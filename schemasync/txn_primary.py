@@ -219,9 +219,10 @@ class TxnPrimary:
                 )
             schema = table_version(self.ctx.catalogs, table_id, version)
             result = await self._execute(txn, part, schema, op, op_ts)
-        except SchemaSyncError as e:
-            if e.code != errors.SCHEMA_VERSION_MISMATCH:
-                await self._abort_local(txn_id)
+        except BaseException:
+            # Any failure (a cancelled wait included) ends the txn here; the coordinator
+            # aborts it everywhere when it hears of it.
+            await asyncio.shield(self._abort_local(txn_id))
             raise
         if txn.aborted:  # aborted by the coordinator while this op waited
             await self._abort_local(txn_id)
@@ -434,13 +435,15 @@ class TxnPrimary:
                     tuple(part.writes.values()),
                     tuple(await self._index_writes(txn, part, store)),
                 )
+                if txn.aborted:  # the coordinator gave up while this prepare waited
+                    raise fail(errors.TXN_ABORTED, f"txn {txn_id} was aborted during prepare")
                 if single:
                     await store.commit_single(prepared)
                 else:
+                    txn.prepared[key] = commit_ts  # before the fsync: an abort must undo it
                     await store.prepare(prepared)
-                    txn.prepared[key] = commit_ts
-        except SchemaSyncError:
-            await self._abort_local(txn_id)
+        except BaseException:
+            await asyncio.shield(self._abort_local(txn_id))
             raise
         reply = {"parts": results, "node": self.ctx.name}
         if single:

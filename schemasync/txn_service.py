@@ -183,9 +183,19 @@ class TxnService:
             "ts": ts,
             "partitions": self.ctx.config.partitions,
         }
+        failed: list[str] = []
+
+        async def backfill_on(node: str) -> None:
+            try:
+                await self.call(node, "txnp.backfill", body, BACKFILL_TIMEOUT_S)
+            except SchemaSyncError as e:
+                failed.append(f"{node}: {e.message}")
+
         async with asyncio.TaskGroup() as tg:
             for node in sorted(self.ctx.config.nodes):
-                tg.create_task(self.call(node, "txnp.backfill", body, BACKFILL_TIMEOUT_S))
+                tg.create_task(backfill_on(node))
+        if failed:
+            raise fail(errors.UNAVAILABLE, f"backfill of index {index_id}: {'; '.join(failed)}")
 
     # -- final reads ---------------------------------------------------------------------
     async def _read_target(self, body: dict[str, Any]) -> tuple[int, Catalog]:

@@ -163,6 +163,10 @@ class RpcConnection:
             if msg.get("id") == req_id:
                 return msg
 
+    def stale(self) -> bool:
+        """The peer closed it while idle (e.g. it restarted)."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -183,7 +187,12 @@ class RpcPool:
         timeout: float,
     ) -> dict[str, Any]:
         """The reply map; raises OSError/ConnectionError/TimeoutError/FrameError on failure."""
-        conn = self._idle.pop() if self._idle else None
+        conn = None
+        while self._idle and conn is None:
+            conn = self._idle.pop()
+            if conn.stale():
+                conn.close()
+                conn = None
         try:
             async with asyncio.timeout(timeout):
                 if conn is None:

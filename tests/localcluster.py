@@ -23,6 +23,7 @@ CLIENT_PORT = 10800
 METASTORE_PORT = 10900
 PEER_PORT = 11000
 REPO = Path(__file__).resolve().parents[1]
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 # Quick loopback settings; tests override what they measure.
 FAST_DEFAULTS: dict[str, Any] = {
@@ -75,6 +76,7 @@ class LocalCluster:
         toggles: list[str] | tuple[str, ...] = (),
         ready_timeout: float = 30.0,
         host_offset: int = 10,
+        faketime: dict[str, str] | None = None,
     ) -> None:
         self.root = tmp_path
         self.names = [f"n{i}" for i in range(1, n + 1)]
@@ -88,6 +90,9 @@ class LocalCluster:
         self.settings["toggles"] = list(toggles)
         self.settings["voters"] = self.voters
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Per-node clock offsets through libfaketime, e.g. {"n5": "+3s"}; change them live
+        # with set_clock_offset.
+        self.faketime = dict(faketime or {})
         for name in self.names:
             node_dir = self.root / name
             node_dir.mkdir(parents=True, exist_ok=True)
@@ -114,14 +119,30 @@ class LocalCluster:
 
     # ---- processes ----------------------------------------------------------------------
 
+    def set_clock_offset(self, name: str, offset: str) -> None:
+        """Move a node's wall clock (libfaketime reads the file on every call)."""
+        self.faketime[name] = offset
+        (self.root / name / "faketime").write_text(offset + "\n")
+
     def start(self, name: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        if name in self.faketime:
+            if not LIBFAKETIME.exists():
+                raise RuntimeError(f"libfaketime not found at {LIBFAKETIME}")
+            self.set_clock_offset(name, self.faketime[name])
+            env.update(
+                LD_PRELOAD=str(LIBFAKETIME),
+                FAKETIME_TIMESTAMP_FILE=str(self.root / name / "faketime"),
+                FAKETIME_DONT_FAKE_MONOTONIC="1",
+                FAKETIME_NO_CACHE="1",
+            )
         out = open(self.root / name / "stdio.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "schemasync.node", "--config", str(self.config_path(name))],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env=env,
         )
         out.close()
 

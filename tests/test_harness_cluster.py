@@ -94,3 +94,38 @@ def test_local_cluster_up_ddl_probe_teardown(tmp_path: Path) -> None:
     _, tmp = _bring_up(spec, run_id, tmp_path)
     assert tagged_processes(run_id) == []
     assert not tmp.exists()
+
+
+@pytest.mark.cluster
+def test_setup_failure_is_unknown_never_a_pass(tmp_path: Path) -> None:
+    """A node that cannot start: verdict unknown with the node's own error line, exit 2,
+    nothing left running, and the failure found in seconds, not at the ready timeout."""
+    import json
+
+    from harness.run import RunOptions, run_test
+
+    opts = RunOptions(
+        backend="local",
+        nodes=3,
+        voters=3,
+        time_limit_s=5,
+        store=tmp_path,
+        test_name="broken",
+        local_base="127.0.3.20",
+        target_config={"partitions": 0},
+        ready_timeout_s=60,
+    )
+    started = time.monotonic()
+    outcome = run_test(opts)
+    assert time.monotonic() - started < 30
+    assert outcome.exit_code == 2
+    results = json.loads((outcome.run_dir / "results.json").read_text())
+    assert results["valid"] == "unknown"
+    assert any(
+        e.startswith("setup failed") and "config error" in e and "partitions" in e
+        for e in results["errors"]
+    ), results["errors"]
+    assert json.loads((outcome.run_dir / "run.json").read_text())["nodes"] == ["n1", "n2", "n3"]
+    run_id = json.loads((outcome.run_dir / "run.json").read_text())["run_id"]
+    assert tagged_processes(run_id) == []
+    assert (outcome.run_dir / "nodes" / "n1" / "stdout.log").exists()

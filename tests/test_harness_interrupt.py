@@ -145,3 +145,21 @@ def test_clean_after_sigkill_removes_what_the_run_left(
         time.sleep(0.1)
     assert tagged_processes(run_id) == []
     assert not (run_dir / ".tmp").exists()
+
+
+@pytest.mark.cluster
+def test_sigterm_on_local_tears_down_like_ctrl_c(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = _start_run(store, "local", "sigterm")
+    run_dir = (store / "sigterm" / "latest").resolve()
+    _wait_for_events(proc, run_dir / "history.jsonl", 20)
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    assert tagged_processes(run_id)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out.decode()[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] == "unknown" and "SIGTERM" in results["errors"][0]
+    assert tagged_processes(run_id) == []
+    assert not (run_dir / ".tmp").exists()
+    _read_history(run_dir / "history.jsonl")

@@ -34,7 +34,7 @@ def sshd_hosts(node_image: str, tmp_path_factory: pytest.TempPathFactory):  # no
             host_key = _host_key(nodes.containers[name], 10)
             known.append(f"{remote.host} {host_key.get_name()} {host_key.get_base64()}")
             entries.append(
-                f'[[nodes]]\nname = "{name}"\nhost = "{remote.host}"\nport = 22\n'
+                f'[[node]]\nname = "{name}"\nhost = "{remote.host}"\nport = 22\n'
                 f'user = "root"\nkey = "{key.private_path}"\n'
                 f'known_hosts = "{tmp_path}/known_hosts"\n'
             )
@@ -126,11 +126,11 @@ def test_nodes_file_errors_name_the_entry(tmp_path: Path) -> None:
     with pytest.raises(NodesFileError, match="not found"):
         load_nodes_file(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
-    bad.write_text('[[nodes]]\nname = "a"\nhost = "127.0.0.1"\nport = 70000\n')
-    with pytest.raises(NodesFileError, match=r"nodes\[0\]: port"):
+    bad.write_text('[[node]]\nname = "a"\nhost = "127.0.0.1"\nport = 70000\n')
+    with pytest.raises(NodesFileError, match=r"node\[0\]: port"):
         load_nodes_file(bad)
-    bad.write_text('[[nodes]]\nname = "a"\n')
-    with pytest.raises(NodesFileError, match=r"nodes\[0\]: host is required"):
+    bad.write_text('[[node]]\nname = "a"\n')
+    with pytest.raises(NodesFileError, match=r"node\[0\]: host is required"):
         load_nodes_file(bad)
     with (
         pytest.raises(ProvisionError, match="nodes-file"),

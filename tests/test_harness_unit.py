@@ -104,10 +104,12 @@ def test_local_addresses_and_busy_ports() -> None:
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.6.11", 10900))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.66.11", 10900))
         s.listen()
-        with pytest.raises(Exception, match=r"port in use: 127\.0\.6\.11:10900"):
-            check_ports_free(["127.0.6.11"])
+        with pytest.raises(Exception, match=r"port in use: 127\.0\.66\.11:10900"):
+            check_ports_free(["127.0.66.11"])
+    check_ports_free(["127.0.66.11"])  # free again once closed (TIME_WAIT does not count)
 
 
 def test_store_layout_and_latest_links(tmp_path: Path) -> None:
@@ -244,3 +246,23 @@ def test_remove_iptables_rules_takes_only_ours(needs_root: None) -> None:
         subprocess.run(f"iptables -w -D OUTPUT {ours}", shell=True, capture_output=True)
         subprocess.run(f"iptables -w -D OUTPUT {theirs}", shell=True, capture_output=True)
     assert tagged_processes("t-unit-no-such-run") == []
+
+
+@pytest.mark.root
+def test_rootfs_removal_unmounts_first_and_spares_what_is_mounted(
+    needs_root: None, tmp_path: Path
+) -> None:
+    from harness.images import remove_rootfs
+
+    root = tmp_path / "build"
+    (root / "rootfs" / "dev").mkdir(parents=True)
+    outside = tmp_path / "host-dev"
+    outside.mkdir()
+    (outside / "null").write_text("a host file a failed debootstrap bind-mounted")
+    subprocess.run(["mount", "--bind", str(outside), str(root / "rootfs" / "dev")], check=True)
+    try:
+        remove_rootfs(root)
+    finally:
+        subprocess.run(["umount", "-l", str(root / "rootfs" / "dev")], capture_output=True)
+    assert not root.exists()
+    assert (outside / "null").exists(), "removal walked into a bind mount"

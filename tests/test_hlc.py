@@ -38,6 +38,7 @@ steps = st.lists(
 )
 
 
+@settings(deadline=None)
 @given(steps)
 def test_now_and_update_are_strictly_monotonic(ops: list[tuple[int, ...]]) -> None:
     wall = FakeWall(1_700_000_000_000)
@@ -58,6 +59,7 @@ def test_now_and_update_are_strictly_monotonic(ops: list[tuple[int, ...]]) -> No
         last = ts
 
 
+@settings(deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 5000))
 def test_far_ahead_timestamp_is_counted_not_rejected(skew_ms: int, ahead_ms: int) -> None:
     wall = FakeWall(1_000_000)
@@ -77,6 +79,7 @@ def test_logical_overflow_moves_to_next_millisecond() -> None:
     assert physical_ms(clock.now()) == 11
 
 
+@settings(deadline=None)
 @given(st.integers(0, 2**47), st.integers(0, 0xFFFF))
 def test_ceil_ms_is_the_smallest_whole_millisecond_not_below(ms: int, lg: int) -> None:
     ts = make_ts(ms, lg)
@@ -86,6 +89,7 @@ def test_ceil_ms_is_the_smallest_whole_millisecond_not_below(ms: int, lg: int) -
     assert (c == ts) == (lg == 0)
 
 
+@settings(deadline=None)
 @given(st.integers(0, 2**40), st.integers(0, 0xFFFF), st.integers(0, 5000))
 def test_ack_target_rounds_up_unless_a_toggle_breaks_it(ms: int, lg: int, skew: int) -> None:
     tu = make_ts(ms, lg)
@@ -95,6 +99,7 @@ def test_ack_target_rounds_up_unless_a_toggle_breaks_it(ms: int, lg: int, skew: 
     assert ack_target_ts(tu, skew, frozenset({ACK_WAIT_NO_SKEW})) == tu
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 10_000), st.integers(1, 2000)), max_size=60))
 def test_activation_strictly_increases_even_when_delay_shrinks(
     steps_: list[tuple[int, int]],

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.clock import faketime_env, offset_literal, write_offset_command
+from nemesis.clock import (
+    faketime_env,
+    offset_literal,
+    stop_strobe_command,
+    strobe_command,
+    write_offset_command,
+)
 from nemesis.lagging import drop_commands, shape_command, unshape_command
 from nemesis.partition import drop_from_command, list_rules_command, remove_rules_command
 from tests.conftest import require
@@ -44,7 +50,7 @@ def test_rule_text_carries_our_comment_and_matches_loopback_locally() -> None:
     assert drop_from_command("10.0.0.2", [], "partition", False) == "true"
     lag = drop_commands(["n4"], {"n1": "10.0.0.1", "n4": "10.0.0.4"}, 10900, False)
     assert lag == {
-        "n4": "iptables -w -A INPUT -s 10.0.0.1 -p tcp -m multiport --ports 10900 "
+        "n4": "iptables -w -A INPUT -p tcp -m multiport --ports 10900 "
         "-m comment --comment schemachaos -m comment --comment lagging-learner -j DROP"
     }
 
@@ -90,6 +96,32 @@ def test_faketime_file_moves_a_process_clock_and_only_its_own(tmp_path: Path) ->
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_strobe_loop_flips_the_file_on_its_own_and_stops(tmp_path: Path) -> None:
+    ft = str(tmp_path / "faketime")
+    subprocess.run(["bash", "-c", strobe_command(ft, 0.0, 0.3, 0.05, 10.0)], check=True, timeout=10)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        if os.path.exists(ft):
+            seen.add(Path(ft).read_text())
+        time.sleep(0.01)
+    assert seen == {"+0.3\n", "+0\n"}
+    pid = int(Path(ft + ".strobe.pid").read_text())
+    stopped = subprocess.run(
+        ["bash", "-c", stop_strobe_command(ft)], capture_output=True, text=True
+    )
+    flips = int(stopped.stdout.split()[-1])
+    assert 6 <= flips <= 25, flips  # about one per 50 ms for a second
+    time.sleep(0.1)
+    assert (
+        not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )
+    assert not Path(ft + ".strobe.pid").exists()
+    # nothing to stop is not an error and prints nothing
+    again = subprocess.run(["bash", "-c", stop_strobe_command(ft)], capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout == ""
 
 
 @pytest.fixture
@@ -203,5 +235,5 @@ def test_tbf_shape_slows_only_metastore_traffic_to_the_learner(netns: str) -> No
     assert slow.startswith("ok") and fast.startswith("ok"), (slow, fast)
     # 20 kB at 64 kbit/s takes ~2.5 s; unshaped it takes milliseconds
     assert float(slow.split()[1]) > 1.5 and float(fast.split()[1]) < 0.5, (slow, fast)
-    assert _in_ns(netns, unshape_command("127.0.0.14")).stdout.strip() == "0"
+    assert _in_ns(netns, unshape_command()).stdout.strip() == "0"
     assert "5c5c" not in _in_ns(netns, "tc qdisc show dev lo").stdout

@@ -265,6 +265,10 @@ def test_seeded_schedule_runs_and_heals_everything(
         assert "error" not in e["value"], e
         assert stops[fault]["value"]["kind"] == e["value"]["kind"]
         assert stops[fault]["index"] > e["index"]
+        if e["value"]["kind"] == "clock" and e["value"]["mode"] == "strobe":
+            node = e["value"]["node"]  # the node-side loop flipped about once per period
+            assert stops[fault]["value"]["strobe_flips"][node] >= 3, stops[fault]
+    assert any(e["value"].get("mode") == "strobe" for e in starts.values()), "seed 7 strobes"
     assert events[-1]["f"] == "heal-all"
     assert healed["rules_remaining"] == dict.fromkeys(cl.nodes, 0), healed
     assert all(abs(m["wall_offset_s"]) <= 0.05 for m in healed["clock"]["after"].values())

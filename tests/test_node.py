@@ -18,7 +18,15 @@ import pytest
 
 from schemasync.client import Client, SchemaSyncError
 from schemasync.hlc import add_ms, ceil_ms, make_ts, wall_ms
-from tests.localcluster import CLIENT_PORT, METASTORE_PORT, PEER_PORT, REPO, LocalCluster
+from tests.conftest import require
+from tests.localcluster import (
+    CLIENT_PORT,
+    LIBFAKETIME,
+    METASTORE_PORT,
+    PEER_PORT,
+    REPO,
+    LocalCluster,
+)
 
 DD_MS = 150
 CSMAX_MS = 150
@@ -235,6 +243,81 @@ def test_no_ack_wait_acknowledges_before_the_floor_and_reads_go_stale(tmp_path: 
         host_offset=20,
         config_overrides=SETTINGS,
         toggles=["no-ack-wait"],
+    ) as c:
+        asyncio.run(go(c))
+
+
+@pytest.mark.cluster
+def test_synctime_reorder_and_mutable_delay_break_what_they_name(tmp_path: Path) -> None:
+    """``synctime-reorder``: a write lands after a SyncTime stamped later (safe time passed it).
+    ``mutable-delay``: a node whose live DD changed computes other activation timestamps for
+    the same versions (the AP breaks)."""
+
+    async def go(c: LocalCluster) -> None:
+        client = await c.client("n1")
+        await client.ddl("CREATE TABLE t (a INT32)")
+        for name in c.names:
+            setter = await c.client(name)
+            await setter.set_delay(60 if name != "n5" else 20)
+            await setter.close()
+        for i in range(10):
+            await asyncio.sleep(0.007 * (i % 3))
+            await client.ddl(f"ALTER TABLE t ADD COLUMN r{i} INT32")
+        await client.close()
+        statuses = [await c.status(n) for n in c.names]
+        assert all(s["safe_ts_regressions"] > 0 for s in statuses), statuses
+        logs = {}
+        for name in c.names:
+            reader = await c.client(name)
+            logs[name] = {e["catalog_version"]: e for e in await reader.catalog_log()}
+            await reader.close()
+        last = max(logs["n1"])
+        assert logs["n5"][last]["activation_ts"] < logs["n1"][last]["activation_ts"]
+        assert logs["n5"][last]["delay_ms"] == 20 and logs["n1"][last]["delay_ms"] == 60
+
+    with LocalCluster(
+        tmp_path,
+        base_addr="127.0.2",
+        host_offset=20,
+        config_overrides={
+            "delay_duration_ms": 60,
+            "max_clock_skew_ms": 10,
+            "idle_safe_time_interval_ms": 20,
+        },
+        toggles=["synctime-reorder", "mutable-delay"],
+    ) as c:
+        asyncio.run(go(c))
+
+
+@pytest.mark.cluster
+def test_a_learner_clock_ahead_is_counted_and_acks_stay_correct(tmp_path: Path) -> None:
+    """libfaketime puts n5's wall clock 2 s ahead: its HLC drags the others, each counts the
+    far-ahead timestamps, and DDL acks and probes stay right without waiting out the skew."""
+    require(LIBFAKETIME.exists(), "libfaketime is not installed")
+
+    async def go(c: LocalCluster) -> None:
+        client = await c.client("n1")
+        await client.ddl("CREATE TABLE t (a INT32)")
+        started = time.monotonic()
+        reply = await client.ddl("ALTER TABLE t ADD COLUMN skewed INT32")
+        elapsed_ms = (time.monotonic() - started) * 1000
+        ack_hlc = client.last_reply_hlc
+        await client.close()
+        assert ack_hlc >= ceil_ms(add_ms(reply["activation_ts"], CSMAX_MS))
+        assert elapsed_ms < DD_MS + CSMAX_MS + 1000, "the ack waited out the skew"
+        answers = await probe_everywhere(c, "t", ack_hlc)
+        assert {a["catalog_version"] for a in answers} == {reply["catalog_version"]}
+        statuses = [await c.status(n) for n in c.names]
+        skewed = statuses[-1]
+        assert skewed["wall_ms"] - statuses[0]["wall_ms"] > 1500
+        assert sum(s["hlc_ahead_count"] for s in statuses[:-1]) > 0
+
+    with LocalCluster(
+        tmp_path,
+        base_addr="127.0.2",
+        host_offset=20,
+        config_overrides=SETTINGS,
+        faketime={"n5": "+2s"},
     ) as c:
         asyncio.run(go(c))
 

@@ -397,3 +397,44 @@ def test_reader_keeps_a_torn_prefix(tmp_path: Path) -> None:
     data = load_run(fx.run_dir)
     assert 0 < data.event_count < len(fx.events)
     assert "pending" in {("ok", "fail", "info", "pending")[o] for o in data.ops.outcome}
+
+
+def test_reader_takes_the_nemesis_runner_shapes(tmp_path: Path) -> None:
+    """Clock before/after measurements, learner views and fault ids as nemesis/runner.py writes
+    them; overlapping faults of one kind pair by their fault id."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    h = HistoryWriter()
+    h.nemesis(1000, "start-clock", {
+        "kind": "clock", "fault": 1, "mode": "skew", "elapsed_ms": 200.0,
+        "written": {"n1": 0.25},
+        "before": {"n1": {"rtt_ms": 1.0, "wall_offset_s": 0.0, "hlc_offset_s": 0.0}},
+        "after": {"n1": {"rtt_ms": 1.0, "wall_offset_s": 0.251, "hlc_offset_s": 0.251}},
+    })  # fmt: skip
+    h.nemesis(1500, "start-partition", {"kind": "partition", "fault": 2})
+    h.nemesis(1600, "start-partition", {"kind": "partition", "fault": 3})
+    h.nemesis(2000, "heal-partition", {"kind": "partition", "fault": 3})
+    h.nemesis(2500, "start-lagging-learner", {
+        "kind": "lagging-learner", "fault": 4,
+        "learners": {"n4": {"applied_index": 10, "safe_ts": hlc(2400)}},
+    })  # fmt: skip
+    h.nemesis(3000, "stop-clock", {"kind": "clock", "fault": 1, "after": {
+        "n1": {"wall_offset_s": 0.001}}})  # fmt: skip
+    h.nemesis(4000, "heal-all", {"clock": {"after": {"n1": {"wall_offset_s": 0.0}}}})
+    _write(run_dir, "history.jsonl", h.events)
+    (run_dir / "run.json").write_text(json.dumps(run_json()), encoding="utf-8")
+    data = load_run(run_dir)
+    windows = sorted((w.kind, w.start_s, w.end_s) for w in data.windows)
+    assert windows == [
+        ("clock", 1.0, 3.0),
+        ("lagging-learner", 2.5, 4.0),
+        ("partition", 1.5, 4.0),
+        ("partition", 1.6, 2.0),
+    ]
+    offsets = list(zip(data.clock_offsets_s.node, data.clock_offsets_s.time_s,
+                       data.clock_offsets_s.value, strict=True))  # fmt: skip
+    assert ("n1", 0.8, 0.0) in offsets and ("n1", 1.0, 0.251) in offsets
+    assert ("n1", 4.0, 0.0) in offsets
+    assert list(zip(data.safe_time_lag_ms.node, data.safe_time_lag_ms.value, strict=True)) == [
+        ("n4", 100.0)
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 from schemasync.catalog import Catalog, next_catalog
 from schemasync.ddl import DdlInvalid, IndexState, parse_ddl
@@ -82,7 +83,11 @@ def drive(
             if info_share and rng.random() < info_share:
                 if rng.random() < 0.5:  # unknown outcome: half of them did apply
                     oracle.ddl(op.value["stmt"])
-                completion = {"type": "info", "value": op.value, "error": {"code": "TIMEOUT"}}
+                completion: dict[str, Any] = {
+                    "type": "info",
+                    "value": op.value,
+                    "error": {"code": "TIMEOUT"},
+                }
             else:
                 completion = oracle.ddl(op.value["stmt"])
                 if completion["type"] == "ok":
@@ -207,3 +212,11 @@ def test_index_workload_only_changes_indexes_and_looks_them_up() -> None:
     assert seen["ddl"]["create_table"] == 1
     kinds = Counter(m["op"] for op, _ in seen["txns"] for m in op.value["ops"])
     assert kinds["ix"] > 500 and kinds["w"] > kinds["r"] and kinds["d"] > 500
+
+
+def test_probes_at_now_only_when_no_offsets_are_wanted() -> None:
+    concurrency = 6
+    gen = build_generator("ddl-dml", 2, concurrency, {"probe_offsets": [], "ddl_interval_s": 0.05})
+    assert isinstance(gen, DdlDmlWorkload)
+    seen = drive(gen, CatalogOracle(2), 20_000, concurrency)
+    assert seen["probes"] and all(p.value["ts"] is None for p in seen["probes"])

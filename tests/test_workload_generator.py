@@ -77,7 +77,7 @@ def test_phases_wait_for_the_outstanding_ops_of_the_previous_phase() -> None:
 
 def test_reserve_keeps_a_role_across_replacement_processes() -> None:
     gen = Reserve(5, [(1, counter("ddl")), (2, counter("probe"))], counter("txn"))
-    roles = {}
+    roles: dict[int, set[str]] = {}
     for p in range(15):  # p, p + 5, p + 10 are the same worker thread
         op = gen.next_op(p, 0.0)
         assert isinstance(op, Op)
@@ -121,10 +121,10 @@ def run_workload(workload: str, seed: int, n_requests: int, concurrency: int = 8
 
 @pytest.mark.parametrize("workload", ["ddl-dml", "index"])
 def test_same_seed_same_op_sequence(workload: str) -> None:
-    a = run_workload(workload, 42, 20_000)
-    b = run_workload(workload, 42, 20_000)
-    c = run_workload(workload, 43, 20_000)
-    assert len(a) > 5_000
+    a = run_workload(workload, 42, 8_000)
+    b = run_workload(workload, 42, 8_000)
+    c = run_workload(workload, 43, 8_000)
+    assert len(a) > 2_000
     assert a == b
     assert a != c
     assert {op["f"] for op in a} == {"ddl", "txn", "probe"}
@@ -134,8 +134,9 @@ def test_generator_alone_exceeds_20000_ops_per_second() -> None:
     concurrency = 16
     gen = build_generator("ddl-dml", 7, concurrency, {"dml_interval_s": 0.0})
     complete = _ok_ddl()
-    n, now, start = 0, 0.0, time.perf_counter()
-    while n < 60_000:
+    # CPU time of this process: the generator's own cost, not the load of a shared machine.
+    n, now, start = 0, 0.0, time.process_time()
+    while n < 40_000:
         for p in range(concurrency):
             now += 0.0002
             op = gen.next_op(p, now)
@@ -144,5 +145,5 @@ def test_generator_alone_exceeds_20000_ops_per_second() -> None:
                 completion = complete(op)  # type: ignore[operator]
                 if completion is not None:
                     gen.observe(op, completion)
-    rate = n / (time.perf_counter() - start)
+    rate = n / (time.process_time() - start)
     assert rate >= 20_000, f"{rate:.0f} ops/s"

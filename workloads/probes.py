@@ -92,7 +92,7 @@ class ProbeGen(GeneratorBase):
         names = [t.name for t in self._model.usable_tables()]
         table = self._rng.choice(names) if names and self._rng.random() < 0.8 else None
         acked = self._model.acked
-        if acked and self._rng.random() < 0.4:
+        if acked and self._offsets and self._rng.random() < 0.4:
             _, activation, _ = self._rng.choice(acked[-8:])
             return {"table": table, "ts": activation + self._rng.choice(self._offsets)}
         return {"table": table, "ts": None}

@@ -35,7 +35,7 @@ CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 2.0
 RETRY_CONNECT_S = 1.0
 UNREACHABLE_BACKOFF_S = 0.05
-IDLE_SLEEP_S = 0.002
+IDLE_SLEEP_S = 0.005
 _METHODS = {"ddl": "ddl", "txn": "txn", "probe": "probe", "final-read": "final_read"}
 
 

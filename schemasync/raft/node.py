@@ -339,7 +339,9 @@ class RaftNode:
             tg.create_task(self._leader_housekeeping(term))
 
     def _has_quorum(self) -> bool:
-        horizon = time.monotonic() - self.election_timeout_ms[1] / 1000
+        """Heard from a voter majority lately (twice the longest election timeout, so a
+        loaded machine does not depose a healthy leader)."""
+        horizon = time.monotonic() - 2 * self.election_timeout_ms[1] / 1000
         alive = 1 + sum(
             1 for p in self.voters if p != self.name and self._last_ack.get(p, 0) >= horizon
         )

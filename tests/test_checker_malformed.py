@@ -1,0 +1,124 @@
+"""Malformed run directories: one readable message naming file, line and field; verdict unknown
+(exit 2); never a traceback. Also the Spark-side validation used for big histories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from checker.analyze import AnalyzeOptions, analyze_run, exit_code
+from tests.spark_session import spark  # noqa: F401  (session fixture)
+from tests.test_checker_classes import make_run
+
+SPARK_PATH = AnalyzeOptions(python_validation_max_bytes=0)  # validate with Spark expressions
+
+
+def lines(run: Path) -> list[str]:
+    return (run / "history.jsonl").read_text().splitlines()
+
+
+def write_lines(run: Path, text: list[str], final_newline: bool = True) -> None:
+    (run / "history.jsonl").write_text("\n".join(text) + ("\n" if final_newline else ""))
+
+
+def edit(line: str, **changes: object) -> str:
+    event = json.loads(line)
+    for k, v in changes.items():
+        if v is None:
+            event.pop(k)
+        else:
+            event[k] = v
+    return json.dumps(event)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("options", [AnalyzeOptions(), SPARK_PATH], ids=["python", "spark"])
+def test_truncated_last_line_is_named_and_the_verdict_is_unknown(
+    tmp_path: Path, spark: SparkSession, options: AnalyzeOptions  # noqa: F811
+) -> None:
+    run = make_run("ap-violation", tmp_path / "run")
+    text = lines(run)[:2] + ['{"index":2,"time":2102000000,"type":"inv']
+    write_lines(run, text, final_newline=False)
+    results = analyze_run(run, spark=spark, options=options)
+    assert results["valid"] == "unknown" and exit_code(results) == 2
+    assert len(results["errors"]) == 1
+    assert results["errors"][0].startswith("history.jsonl line 3: truncated")
+    assert results["stats"]["events"] == 2
+
+
+@pytest.mark.spark
+def test_truncated_tail_after_an_anomaly_still_reports_it(
+    tmp_path: Path, spark: SparkSession  # noqa: F811
+) -> None:
+    run = make_run("ap-violation", tmp_path / "run")
+    write_lines(run, [*lines(run), '{"index":8,"ti'], final_newline=False)
+    results = analyze_run(run, spark=spark)
+    assert results["valid"] is False
+    assert {a["class"] for a in results["anomalies"]} == {"ap-violation"}
+    assert "line 9: truncated" in results["errors"][0]
+
+
+CASES = {
+    "missing field": (lambda t: [t[0], edit(t[1], type=None), *t[2:]], "line 2: field 'type': "),
+    "unknown type": (lambda t: [t[0], edit(t[1], type="done"), *t[2:]], "line 2: field 'type':"),
+    "out-of-order index": (
+        lambda t: [t[0], t[2], t[1], *t[3:]],
+        "line 2: field 'index':",
+    ),
+    "missing nested field": (
+        lambda t: [*t[:5], edit(t[5], value={"txn_id": "a1"}), *t[6:]],
+        "line 6: field 'value.",
+    ),
+}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("options", [AnalyzeOptions(), SPARK_PATH], ids=["python", "spark"])
+def test_malformed_history_names_file_line_and_field(
+    case: str, options: AnalyzeOptions, tmp_path: Path, spark: SparkSession  # noqa: F811
+) -> None:
+    change, message = CASES[case]
+    run = make_run("ap-violation", tmp_path / "run")
+    write_lines(run, change(lines(run)))
+    results = analyze_run(run, spark=spark, options=options)
+    assert results["valid"] == "unknown" and exit_code(results) == 2
+    assert results["anomalies"] == []
+    assert len(results["errors"]) == 1
+    assert results["errors"][0].startswith("history.jsonl " + message), results["errors"]
+    assert not (run / "history.parquet").exists()
+
+
+def test_missing_catalog_is_unknown_with_a_message(tmp_path: Path) -> None:
+    run = make_run("ap-violation", tmp_path / "run")
+    (run / "catalog.jsonl").unlink()
+    proc = subprocess.run(
+        [sys.executable, "-m", "checker", str(run), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    results = json.loads((run / "results.json").read_text())
+    assert results["valid"] == "unknown"
+    assert results["errors"] == ["catalog.jsonl: missing from the run directory"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_catalog_line_names_line_and_field(tmp_path: Path) -> None:
+    from checker.contract import ContractError, read_catalog_lines
+
+    run = make_run("ap-violation", tmp_path / "run")
+    cat = (run / "catalog.jsonl").read_text().splitlines()
+    broken = json.loads(cat[2])
+    del broken["tables"]["t1"]["schema_version"]
+    cat[2] = json.dumps(broken)
+    (run / "catalog.jsonl").write_text("\n".join(cat) + "\n")
+    with pytest.raises(ContractError) as e:
+        read_catalog_lines(run)
+    assert str(e.value) == "catalog.jsonl line 3: field 'tables.t1.schema_version': missing"

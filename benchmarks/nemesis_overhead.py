@@ -1,9 +1,10 @@
 """Nemesis overhead: time to apply and to heal each nemesis on 5 docker nodes (3 voters,
 2 learners), median of N (default 10). Targets (issue 5): each <= 1 s to apply, <= 1 s to heal.
 
-`action` is the fault itself (writing faketime files, iptables, tc, signals, the apply
-inhibitor); `step` adds what the history event records around it (clock reads before and
-after, learner indices, waiting for a restarted node to answer).
+`apply`/`heal` are the fault itself (writing faketime files, iptables, tc, signals, the apply
+inhibitor; for kill, issuing the restart); `step` adds what the history event records around
+it (clock reads before and after, learner indices) and, for kill, waiting until the restarted
+node answers its admin API again (the node's own boot time).
 
     .venv/bin/python benchmarks/nemesis_overhead.py [--repeat 10]
 """
@@ -85,7 +86,7 @@ async def measure_case(
             if "errors" in value or "error" in value:
                 raise RuntimeError(f"nemesis failed: {value}")
         out["apply"].append(applied["applied_ms"] / 1000)
-        out["heal"].append(healed["healed_ms"] / 1000)
+        out["heal"].append(float(healed.get("started_ms") or healed["healed_ms"]) / 1000)
         out["apply_step"].append(t1 - t0)
         out["heal_step"].append(t3 - t2)
         await asyncio.to_thread(ready)

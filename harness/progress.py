@@ -32,14 +32,24 @@ def render(state: RunProgress) -> Table:
             f"[green]ok {counts.get('ok', 0)}[/]  [red]fail {counts.get('fail', 0)}[/]  "
             f"[yellow]info {counts.get('info', 0)}[/]",
         )
-    faults = ", ".join(
-        f"{kind} {value.get('nodes') or value.get('targets') or ''}".strip()
-        for kind, value in sorted(state.faults.items())
+    faults = "; ".join(
+        f"{kind} {_nodes_of(value)}".strip() for kind, value in sorted(state.faults.items())
     )
     table.add_row("faults", faults or "none")
     if state.run_dir:
         table.add_row("run", state.run_dir)
     return table
+
+
+def _nodes_of(value: dict) -> str:
+    """The nodes a fault event names, however the nemesis spelled them."""
+    for key in ("nodes", "targets", "learners", "offsets", "grudge"):
+        nodes = value.get(key)
+        if isinstance(nodes, dict):
+            return ",".join(sorted(nodes))
+        if isinstance(nodes, list | tuple):
+            return ",".join(str(n) for n in nodes)
+    return ""
 
 
 class LiveProgress:

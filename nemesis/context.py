@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 REMOTE_TIMEOUT_S = 15.0
 STATUS_TIMEOUT_S = 1.5
 IPTABLES_COMMENT = "schemachaos"
+DEFAULT_PORTS = {"client_port": 10800, "metastore_port": 10900, "peer_port": 11000}
 
 
 class NemesisRecorder(Protocol):
@@ -42,6 +43,10 @@ class NemesisState:
 
 @dataclass
 class NemesisContext:
+    """The cluster and target a schedule acts on; config may name `faketime_files` per node
+    (else the target's `faketime_file(node)`, else `<node_dir>/faketime`) and
+    `lagging_rate_kbit` (default 1)."""
+
     cluster: Cluster
     target: Target
     config: dict[str, Any] = field(default_factory=dict)
@@ -56,9 +61,7 @@ class NemesisContext:
         return self.cluster.remotes[node].host
 
     def port(self, name: str) -> int:
-        return int(
-            self.cluster.ports.get(name, {"client_port": 10800, "metastore_port": 10900}[name])
-        )
+        return int(self.cluster.ports.get(name, DEFAULT_PORTS[name]))
 
     def faketime_file(self, node: str) -> str:
         finder = getattr(self.target, "faketime_file", None)

@@ -178,15 +178,17 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
         + f"; {unshape_command()}"
         for n in ctx.cluster.nodes
     }
-    errors.update(failures(await run_on_each(ctx, commands)))
     held = (
         [n for n in learners if n in ctx.state.inhibited]
         if params.get("mode") != "inhibit"
         else learners
     )
-    if held:
-        errors.update(await set_inhibit(ctx, held, False))
-        ctx.state.inhibited.difference_update(held)
+    network, released = await asyncio.gather(
+        run_on_each(ctx, commands), set_inhibit(ctx, held, False)
+    )
+    errors.update(failures(network))
+    errors.update(released)
+    ctx.state.inhibited.difference_update(held)
     out["healed_ms"] = round((time.monotonic() - started) * 1000, 1)
     out["after"] = await learner_views(ctx, learners)
     if errors:

@@ -54,11 +54,13 @@ async def start_kill(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, A
 async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """Start killed nodes again and wait (bounded) until each answers its admin API.
 
-    Before starting, records the leader the survivors elected meanwhile (`leader_before`).
+    Before starting, records the leader the survivors elected meanwhile (`leader_before`);
+    `started_ms` is the restart itself, `healed_ms` until every node answers again.
     """
     survivors = await statuses(ctx, [n for n in ctx.cluster.nodes if n not in nodes])
     started = time.monotonic()
     errors = await _each(ctx.target.start, nodes)
+    started_ms = round((time.monotonic() - started) * 1000, 1)
     ctx.state.killed.difference_update(nodes)
     answered: dict[str, float] = {}
     deadline = started + RESTART_WAIT_S
@@ -73,6 +75,7 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nodes": list(nodes),
         "leader_before": leader_of(survivors),
+        "started_ms": started_ms,
         "answered_ms": answered,
         "healed_ms": round((time.monotonic() - started) * 1000, 1),
     }

@@ -69,8 +69,10 @@ def main() -> None:
         )
         print(json.dumps(rows[-1]), flush=True)
     spark.stop()
-    print(f"{'events':>10} {'first s':>8} {'ev/s':>9} {'again s':>8} {'ev/s':>9} "
-          f"{'scan s':>7} {'ratio':>6}")
+    print(
+        f"{'events':>10} {'first s':>8} {'ev/s':>9} {'again s':>8} {'ev/s':>9} "
+        f"{'scan s':>7} {'ratio':>6}"
+    )
     for r in rows:
         print(
             f"{r['events']:>10} {r['first_s']:>8} {r['events_per_s_first']:>9} "

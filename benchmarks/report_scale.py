@@ -252,7 +252,7 @@ def write_synthetic_run(run_dir: Path, events: int, seed: int = 7) -> dict[str, 
                     "process": p,
                     "f": "txn",
                     "node": node,
-                    "value": None,
+                    "value": {},
                     "error": err,
                 },
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from checker.conformance import schema_conformance
 from checker.contract import ContractError, read_catalog_lines, read_run_json
 from checker.durability import activation_order, lost_ddl, lost_write
 from checker.explain import ANOMALY_SCHEMA
-from checker.freshness import ack_lookup, stale_schema_read
 from checker.frames import RunFrames, build_frames, release
+from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
 from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
 from checker.session import build_session
@@ -69,9 +69,10 @@ class AnalyzeOptions:
 
     max_per_class: int = MAX_PER_CLASS
     python_validation_max_bytes: int = PYTHON_VALIDATION_MAX_BYTES
-    stats: StatsOptions = StatsOptions()
+    stats: StatsOptions = field(default_factory=StatsOptions)
     with_stats: bool = True
     write_results: bool = True
+    small_input_events: int = 200_000
 
 
 def analyze_run(
@@ -149,6 +150,7 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
     cat = CatalogIndex(spark, lines, rename_compatible)
     events = ingested.events
     frames = build_frames(events)
+    restore = _small_input_mode(spark, ingested.count, options.small_input_events)
     try:
         completed = frames.completions.where(F.col("type") == "ok").limit(1).count()
         if completed == 0:
@@ -164,6 +166,11 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
             stats.update(compute_stats(frames, run, ack_lookup(frames, cat), options.stats))
     finally:
         release(frames)
+        for key, value in restore.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
     stats["anomalies_by_class"] = per_class
     stats["analysis_s"] = round(time.monotonic() - started, 3)
     if anomalies:
@@ -179,6 +186,24 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
         "stats": stats,
         "errors": errors,
     }
+
+
+def _small_input_mode(spark: SparkSession, events: int, threshold: int) -> dict[str, str | None]:
+    """Interpret expressions instead of compiling them for small runs (compiling the generated
+    code of the whole plan costs more than executing it on a few thousand events), in one
+    shuffle partition and without adaptive re-planning between stages."""
+    if events >= threshold:
+        return {}
+    confs = {
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.shuffle.partitions": "1",
+    }
+    restore = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    return restore
 
 
 def _collect(

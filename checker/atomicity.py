@@ -15,6 +15,7 @@ from checker.catalog_index import CatalogIndex
 from checker.explain import anomalies, sentence, ts, txt
 from checker.frames import RunFrames
 
+
 def _verb() -> F.Column:
     return F.expr(
         "case op when 'r' then 'read' when 'w' then 'wrote' when 'd' then 'deleted' "
@@ -24,9 +25,9 @@ def _verb() -> F.Column:
 
 def _truth(sv: str, since: str) -> F.Column:
     """'version 6 was active from 1893:0' or 'the table did not exist then'."""
-    return F.when(
-        F.col(sv).isNull(), F.lit("the table did not exist at that timestamp")
-    ).otherwise(sentence("version ", txt(sv), " was active from ", ts(since)))
+    return F.when(F.col(sv).isNull(), F.lit("the table did not exist at that timestamp")).otherwise(
+        sentence("version ", txt(sv), " was active from ", ts(since))
+    )
 
 
 def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:

@@ -50,7 +50,7 @@ class IntervalLookup:
         span = (max(finite) - self.base) if finite else 0
         self.width = max(1, -(-span // buckets))
         self.nb = span // self.width + 1
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         for i in intervals:
             if i.hi <= i.lo:
                 continue
@@ -84,9 +84,7 @@ class IntervalLookup:
             F.col("_hi").alias(hi_),
             *(F.col(p).alias(p) for p in self.payload_names),
         )
-        cond = (
-            (F.col(b_ + "l") == F.col(b_)) & (F.col(x_) >= F.col(lo_)) & (F.col(x_) < F.col(hi_))
-        )
+        cond = (F.col(b_ + "l") == F.col(b_)) & (F.col(x_) >= F.col(lo_)) & (F.col(x_) < F.col(hi_))
         joined = left.join(F.broadcast(right), cond, how)
         return joined.drop(x_, b_ + "l", b_, lo_, hi_)
 

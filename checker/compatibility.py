@@ -31,9 +31,7 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         (F.col("_ev") == F.col("cv")) & (F.col("_eid") == F.col("b_id")),
         "left",
     )
-    steps = cat.incompatible_steps.select(
-        F.col("table_id").alias("_sid"), "step_version", "why"
-    )
+    steps = cat.incompatible_steps.select(F.col("table_id").alias("_sid"), "step_version", "why")
     with_steps = tt.join(
         F.broadcast(steps),
         (F.col("_sid") == F.col("b_id"))

@@ -68,9 +68,7 @@ def _value_ok(v: Column) -> Column:
         .when(base == "VARCHAR", is_str & (F.char_length(s) <= F.col("length")))
         .when(
             base == "VARBINARY",
-            is_str
-            & s.rlike(r"^([0-9a-fA-F]{2})*$")
-            & (F.length(s) / 2 <= F.col("length")),
+            is_str & s.rlike(r"^([0-9a-fA-F]{2})*$") & (F.length(s) / 2 <= F.col("length")),
         )
         .when(base == "BOOLEAN", sv == "BOOLEAN")
         .when(

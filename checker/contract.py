@@ -142,14 +142,10 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
 _TORN: Any = object()
 
 
-def _json_lines(
-    path: Path, name: str, allow_torn_tail: bool = False
-) -> Iterator[tuple[int, Any]]:
+def _json_lines(path: Path, name: str, allow_torn_tail: bool = False) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) for each line, streamed so huge files fit in memory."""
     with open(path, "rb") as f:
-        number = 0
-        for raw in f:
-            number += 1
+        for number, raw in enumerate(f, 1):
             complete = raw.endswith(b"\n")
             if not raw.strip():
                 if not complete:

@@ -55,9 +55,9 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("ts").alias("read_ts"),
         F.col("table").alias("read_table"),
     )
-    read_rows = reads.select(
-        F.col("f_id").alias("_rf"), F.explode("rows").alias("r")
-    ).select("_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row"))
+    read_rows = reads.select(F.col("f_id").alias("_rf"), F.explode("rows").alias("r")).select(
+        "_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row")
+    )
 
     cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(
         F.col("commit_ts") < F.col("read_ts")
@@ -236,7 +236,9 @@ def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.lag("activation_ts").over(w).alias("prev_activation"),
     ).where(F.col("activation_ts") <= F.col("prev_activation"))
     acks = frames.ddls.select(
-        F.col("catalog_version").alias("_av"), F.col("index").alias("_ai"), F.col("node").alias("_an")
+        F.col("catalog_version").alias("_av"),
+        F.col("index").alias("_ai"),
+        F.col("node").alias("_an"),
     )
     j = v.join(
         F.broadcast(acks),

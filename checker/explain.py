@@ -46,9 +46,11 @@ def anomalies(
     nd = [F.col(n) if isinstance(n, str) else n for n in nodes]
     return df.select(
         F.lit(cls).alias("class"),
-        F.array_distinct(F.filter(F.array(*(e.cast("bigint") for e in ev)), lambda x: x.isNotNull()))
-        .alias("events"),
-        F.array_distinct(F.filter(F.array(*(n.cast("string") for n in nd)), lambda x: x.isNotNull()))
-        .alias("nodes"),
+        F.array_distinct(
+            F.filter(F.array(*(e.cast("bigint") for e in ev)), lambda x: x.isNotNull())
+        ).alias("events"),
+        F.array_distinct(
+            F.filter(F.array(*(n.cast("string") for n in nd)), lambda x: x.isNotNull())
+        ).alias("nodes"),
         text.alias("explanation"),
     )

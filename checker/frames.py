@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-SCHEMA_ERRORS = ("SCHEMA_VERSION_MISMATCH", "INCOMPATIBLE_SCHEMA", "TABLE_DROPPED", "TABLE_NOT_FOUND")
+SCHEMA_ERRORS = (
+    "SCHEMA_VERSION_MISMATCH",
+    "INCOMPATIBLE_SCHEMA",
+    "TABLE_DROPPED",
+    "TABLE_NOT_FOUND",
+)
 
 
 @dataclass(frozen=True)
@@ -118,22 +123,26 @@ def build_frames(events: DataFrame) -> RunFrames:
         .persist()
     )
 
-    participants = txns.where(F.col("commit_ts").isNotNull()).select(
-        "index",
-        "type",
-        "txn_id",
-        "commit_ts",
-        F.posexplode("participants").alias("ppos", "p"),
-    ).select(
-        "index",
-        "type",
-        "txn_id",
-        "commit_ts",
-        "ppos",
-        F.col("p.node").alias("p_node"),
-        F.col("p.table").alias("table"),
-        F.col("p.partition").alias("partition"),
-        F.col("p.commit_schema_version").alias("commit_sv"),
+    participants = (
+        txns.where(F.col("commit_ts").isNotNull())
+        .select(
+            "index",
+            "type",
+            "txn_id",
+            "commit_ts",
+            F.posexplode("participants").alias("ppos", "p"),
+        )
+        .select(
+            "index",
+            "type",
+            "txn_id",
+            "commit_ts",
+            "ppos",
+            F.col("p.node").alias("p_node"),
+            F.col("p.table").alias("table"),
+            F.col("p.partition").alias("partition"),
+            F.col("p.commit_schema_version").alias("commit_sv"),
+        )
     )
 
     txn_tables = txns.select(
@@ -204,9 +213,7 @@ def build_frames(events: DataFrame) -> RunFrames:
         F.col("value.ts").alias("ts"),
         F.col("value.entries").alias("entries"),
     )
-    nemesis = events.where(F.col("process") == "nemesis").select(
-        "index", "time", "f", "value_json"
-    )
+    nemesis = events.where(F.col("process") == "nemesis").select("index", "time", "f", "value_json")
     return RunFrames(
         events=events,
         completions=completions,

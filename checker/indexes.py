@@ -53,24 +53,26 @@ def _table_reads(frames: RunFrames) -> DataFrame:
 
 
 def _table_rows(frames: RunFrames) -> DataFrame:
-    return _table_reads(frames).select(
-        "_tt", "table_read", "table_node", "table_ts", F.explode("rows").alias("r")
-    ).select(
-        "_tt",
-        "table_read",
-        "table_node",
-        "table_ts",
-        F.col("r.key").alias("row_key"),
-        F.col("r.row").alias("row_json"),
+    return (
+        _table_reads(frames)
+        .select("_tt", "table_read", "table_node", "table_ts", F.explode("rows").alias("r"))
+        .select(
+            "_tt",
+            "table_read",
+            "table_node",
+            "table_ts",
+            F.col("r.key").alias("row_key"),
+            F.col("r.row").alias("row_json"),
+        )
     )
 
 
 def index_missing(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Rows of the final table read with no entry in an AVAILABLE index of that table."""
     reads = _available_index_reads(frames, cat)
-    entries = reads.select(
-        F.col("index").alias("_ir"), F.explode("entries").alias("e")
-    ).select("_ir", F.col("e.key").alias("_ek"))
+    entries = reads.select(F.col("index").alias("_ir"), F.explode("entries").alias("e")).select(
+        "_ir", F.col("e.key").alias("_ek")
+    )
     rows = _table_rows(frames)
     pairs = reads.select(
         F.col("index").alias("index_read"),

@@ -81,9 +81,7 @@ def _outcomes(frames: RunFrames) -> dict[str, Any]:
             by_code[f][code] = by_code[f].get(code, 0) + n
             s["errors"][code] = s["errors"].get(code, 0) + n
     txn_total = sum(counts.get("txn", {}).values())
-    schema_aborts = sum(
-        n for code, n in by_code.get("txn", {}).items() if code in SCHEMA_ERRORS
-    )
+    schema_aborts = sum(n for code, n in by_code.get("txn", {}).items() if code in SCHEMA_ERRORS)
     seconds = [series[k] for k in sorted(series)][:MAX_SERIES]
     for s in seconds:
         s["error_rate"] = sum(s["errors"].values()) / s["completions"] if s["completions"] else 0
@@ -263,7 +261,11 @@ def _nemesis_windows(frames: RunFrames, spark: Any, end_time: int) -> list[dict[
         value = json.loads(e["value_json"]) if e["value_json"] else None
         kind, _, what = f.partition("-")
         if kind == "start" and what:
-            w = {"action": what, "start_index": int(e["index"]), "from_s": int(e["time"]) / 1e9}
+            w: dict[str, Any] = {
+                "action": what,
+                "start_index": int(e["index"]),
+                "from_s": int(e["time"]) / 1e9,
+            }
             w["value"] = value
             open_[what] = w
             windows.append(w)
@@ -285,7 +287,9 @@ def _nemesis_windows(frames: RunFrames, spark: Any, end_time: int) -> list[dict[
         w.setdefault("to_s", end_time / 1e9)
         w.setdefault("end_index", None)
     spans = [
-        Interval(int(w["from_s"] * 1e9), max(int(w["to_s"] * 1e9), int(w["from_s"] * 1e9) + 1), (i,))
+        Interval(
+            int(w["from_s"] * 1e9), max(int(w["to_s"] * 1e9), int(w["from_s"] * 1e9) + 1), (i,)
+        )
         for i, w in enumerate(windows)
         if w["to_s"] > w["from_s"]
     ]
@@ -305,4 +309,3 @@ def _nemesis_windows(frames: RunFrames, spark: Any, end_time: int) -> list[dict[
             if r["error_code"] is not None:
                 w["errors"][r["error_code"]] = w["errors"].get(r["error_code"], 0) + int(r["count"])
     return windows[:MAX_SERIES]
-

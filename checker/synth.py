@@ -145,14 +145,30 @@ class ClusterModel:
     ) -> tuple[dict[str, Any], int, int]:
         """Invoke at t, version made at t + 1 ms, ack once HLC > ceil(activation + CSmax)."""
         p = self.process()
-        self.emit(t, {"type": "invoke", "process": p, "f": "ddl",
-                      "value": {"stmt": stmt, "table": table, "kind": kind}})
+        self.emit(
+            t,
+            {
+                "type": "invoke",
+                "process": p,
+                "f": "ddl",
+                "value": {"stmt": stmt, "table": table, "kind": kind},
+            },
+        )
         line = self.add_version(t + MS, stmt, tables)
         ack_t = self.time_of(line["activation_ts"] + (CSMAX_MS << 16)) + 2 * MS
-        event = {"type": "ok", "process": p, "f": "ddl", "node": node,
-                 "value": {"stmt": stmt, "table": table, "kind": kind,
-                           "catalog_version": line["catalog_version"],
-                           "activation_ts": line["activation_ts"]}}
+        event = {
+            "type": "ok",
+            "process": p,
+            "f": "ddl",
+            "node": node,
+            "value": {
+                "stmt": stmt,
+                "table": table,
+                "kind": kind,
+                "catalog_version": line["catalog_version"],
+                "activation_ts": line["activation_ts"],
+            },
+        }
         self.emit(ack_t, event)
         self.last_ack_t = max(self.last_ack_t, ack_t)
         return line, ack_t, len(self.records) - 1
@@ -162,8 +178,13 @@ class ClusterModel:
 
     def column(self, name: str, type_: str, nullable: bool = True, default: Any = None) -> dict:
         self.next_column_id += 1
-        return {"id": self.next_column_id - 1, "name": name, "type": type_,
-                "nullable": nullable, "default": default}
+        return {
+            "id": self.next_column_id - 1,
+            "name": name,
+            "type": type_,
+            "nullable": nullable,
+            "default": default,
+        }
 
     def bump(self, tables: dict[str, Any], name: str) -> dict[str, Any]:
         tables[name]["schema_version"] += 1
@@ -200,16 +221,28 @@ class ClusterModel:
         return NODES[(table_id + partition) % len(NODES)]
 
     # -- transactions -----------------------------------------------------------------------------
-    def begin(self, t: int, node: str, process: int | None = None, ops: Iterable[dict] = ()) -> _Txn:
+    def begin(
+        self, t: int, node: str, process: int | None = None, ops: Iterable[dict] = ()
+    ) -> _Txn:
         p = self.process() if process is None else process
         self.txn_counter += 1
         txn = _Txn(p, node, t)
-        self.emit(t, {"type": "invoke", "process": p, "f": "txn",
-                      "value": {"ops": [dict(o) for o in ops]}})
+        self.emit(
+            t,
+            {"type": "invoke", "process": p, "f": "txn", "value": {"ops": [dict(o) for o in ops]}},
+        )
         return txn
 
-    def op(self, txn: _Txn, t: int, op: str, table: str, key: int,
-           row: dict[str, Any] | None = None, force: bool = False) -> bool:
+    def op(
+        self,
+        txn: _Txn,
+        t: int,
+        op: str,
+        table: str,
+        key: int,
+        row: dict[str, Any] | None = None,
+        force: bool = False,
+    ) -> bool:
         """Run one micro-op at controller time t; False if it failed (the txn is then over)."""
         op_ts = self.ts(t)
         cat = self.cat_at(op_ts)
@@ -221,9 +254,14 @@ class ClusterModel:
             txn.tables[table] = {"base_ts": op_ts, "schema_version": tbl["schema_version"]}
             txn.ids[table] = tbl["id"]
         now_tbl = cat["tables"].get(table)
-        rec: dict[str, Any] = {"op": op, "table": table, "key": key, "op_ts": op_ts,
-                               "node": self.primary(txn.ids[table], self.partition(key)),
-                               "schema_version": None if now_tbl is None else now_tbl["schema_version"]}
+        rec: dict[str, Any] = {
+            "op": op,
+            "table": table,
+            "key": key,
+            "op_ts": op_ts,
+            "node": self.primary(txn.ids[table], self.partition(key)),
+            "schema_version": None if now_tbl is None else now_tbl["schema_version"],
+        }
         if row is not None:
             rec["row"] = row
         if now_tbl is None or now_tbl["id"] != txn.ids[table]:
@@ -270,12 +308,23 @@ class ClusterModel:
         participants = []
         for name, part in sorted(txn.touched):
             tbl = cat["tables"].get(name)
-            participants.append({"node": self.primary(txn.ids[name], part), "table": name,
-                                 "partition": part,
-                                 "commit_schema_version": None if tbl is None else tbl["schema_version"]})
+            participants.append(
+                {
+                    "node": self.primary(txn.ids[name], part),
+                    "table": name,
+                    "partition": part,
+                    "commit_schema_version": None if tbl is None else tbl["schema_version"],
+                }
+            )
         if not ok and not force:
-            self.finish(txn, t, "fail", commit_ts=commit_ts, participants=participants,
-                        error=("INCOMPATIBLE_SCHEMA", "a change since base_ts is not forward compatible"))
+            self.finish(
+                txn,
+                t,
+                "fail",
+                commit_ts=commit_ts,
+                participants=participants,
+                error=("INCOMPATIBLE_SCHEMA", "a change since base_ts is not forward compatible"),
+            )
             return False
         if outcome == "ok" or self.rng.random() < 0.5:
             # Applied in commit order by flush(): txns are simulated in start order.
@@ -284,34 +333,65 @@ class ClusterModel:
         self.finish(txn, t, outcome, commit_ts=commit_ts, participants=participants, error=err)
         return True
 
-    def finish(self, txn: _Txn, t: int, typ: str, commit_ts: int | None = None,
-               participants: list | None = None, error: tuple[str, str] | None = None) -> None:
-        value = {"txn_id": f"{self.seed:x}-{self.txn_counter:x}", "begin_ts": self.ts(txn.t),
-                 "commit_ts": commit_ts, "ops": txn.ops, "tables": txn.tables,
-                 "participants": participants or []}
-        ev: dict[str, Any] = {"type": typ, "process": txn.process, "f": "txn",
-                              "node": txn.node, "value": value}
+    def finish(
+        self,
+        txn: _Txn,
+        t: int,
+        typ: str,
+        commit_ts: int | None = None,
+        participants: list | None = None,
+        error: tuple[str, str] | None = None,
+    ) -> None:
+        value = {
+            "txn_id": f"{self.seed:x}-{self.txn_counter:x}",
+            "begin_ts": self.ts(txn.t),
+            "commit_ts": commit_ts,
+            "ops": txn.ops,
+            "tables": txn.tables,
+            "participants": participants or [],
+        }
+        ev: dict[str, Any] = {
+            "type": typ,
+            "process": txn.process,
+            "f": "txn",
+            "node": txn.node,
+            "value": value,
+        }
         if error is not None:
-            ev["error"] = {"code": error[0], "message": error[1],
-                           "retriable": error[0] != "TABLE_DROPPED"}
+            ev["error"] = {
+                "code": error[0],
+                "message": error[1],
+                "retriable": error[0] != "TABLE_DROPPED",
+            }
         self.emit(t, ev)
         txn.t = -1
 
-    def probe(self, t: int, node: str, table: str | None, ts: int | None = None,
-              answer: dict[str, Any] | None = None) -> dict[str, Any]:
+    def probe(
+        self,
+        t: int,
+        node: str,
+        table: str | None,
+        ts: int | None = None,
+        answer: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         p = self.process()
-        self.emit(t, {"type": "invoke", "process": p, "f": "probe",
-                      "value": {"table": table, "ts": ts}})
+        self.emit(
+            t, {"type": "invoke", "process": p, "f": "probe", "value": {"table": table, "ts": ts}}
+        )
         at = ts if ts is not None else self.ts(t + MS)
         cat = self.cat_at(at)
         tbl = cat["tables"].get(table) if table else None
-        value = {"ts": at, "catalog_version": cat["catalog_version"],
-                 "table_schema_version": None if tbl is None else tbl["schema_version"],
-                 "columns": None if tbl is None else tbl["columns"]}
+        value = {
+            "ts": at,
+            "catalog_version": cat["catalog_version"],
+            "table_schema_version": None if tbl is None else tbl["schema_version"],
+            "columns": None if tbl is None else tbl["columns"],
+        }
         if answer:
             value.update(answer)
-        self.emit(t + 2 * MS, {"type": "ok", "process": p, "f": "probe", "node": node,
-                               "value": value})
+        self.emit(
+            t + 2 * MS, {"type": "ok", "process": p, "f": "probe", "node": node, "value": value}
+        )
         return value
 
     def flush(self) -> None:
@@ -330,32 +410,64 @@ class ClusterModel:
         ts = self.ts(t)
         cat = self.cat_at(ts)
         for name, tbl in sorted(cat["tables"].items()):
-            rows = sorted((k, self.upgrade(v, tbl)) for (tid, k), v in self.store.items()
-                          if tid == tbl["id"])
+            rows = sorted(
+                (k, self.upgrade(v, tbl)) for (tid, k), v in self.store.items() if tid == tbl["id"]
+            )
             p = self.process()
-            self.emit(t, {"type": "invoke", "process": p, "f": "final-read",
-                          "value": {"table": name}})
-            self.emit(t + MS, {"type": "ok", "process": p, "f": "final-read", "node": "n1",
-                               "value": {"table": name, "ts": ts,
-                                         "schema_version": tbl["schema_version"],
-                                         "rows": [{"key": k, "row": r} for k, r in rows]}})
+            self.emit(
+                t, {"type": "invoke", "process": p, "f": "final-read", "value": {"table": name}}
+            )
+            self.emit(
+                t + MS,
+                {
+                    "type": "ok",
+                    "process": p,
+                    "f": "final-read",
+                    "node": "n1",
+                    "value": {
+                        "table": name,
+                        "ts": ts,
+                        "schema_version": tbl["schema_version"],
+                        "rows": [{"key": k, "row": r} for k, r in rows],
+                    },
+                },
+            )
             t += 2 * MS
             for idx in tbl.get("indexes", []):
                 if idx["state"] != "AVAILABLE":
                     continue
-                entries = [{"key": k, "values": {c: r.get(c) for c in idx["columns"]}}
-                           for k, r in rows]
+                entries = [
+                    {"key": k, "values": {c: r.get(c) for c in idx["columns"]}} for k, r in rows
+                ]
                 if drop_entry and entries:
                     entries = entries[1:]
                 if orphan_entry:
-                    entries.append({"key": 999_999_999,
-                                    "values": {c: 1 for c in idx["columns"]}})
+                    entries.append({"key": 999_999_999, "values": {c: 1 for c in idx["columns"]}})
                 p = self.process()
-                self.emit(t, {"type": "invoke", "process": p, "f": "final-read",
-                              "value": {"table": name, "index": idx["name"]}})
-                self.emit(t + MS, {"type": "ok", "process": p, "f": "final-read", "node": "n2",
-                                   "value": {"table": name, "index": idx["name"], "ts": ts,
-                                             "entries": entries}})
+                self.emit(
+                    t,
+                    {
+                        "type": "invoke",
+                        "process": p,
+                        "f": "final-read",
+                        "value": {"table": name, "index": idx["name"]},
+                    },
+                )
+                self.emit(
+                    t + MS,
+                    {
+                        "type": "ok",
+                        "process": p,
+                        "f": "final-read",
+                        "node": "n2",
+                        "value": {
+                            "table": name,
+                            "index": idx["name"],
+                            "ts": ts,
+                            "entries": entries,
+                        },
+                    },
+                )
                 t += 2 * MS
         return t
 
@@ -376,20 +488,33 @@ class ClusterModel:
             for line in self.catalog:
                 f.write(json.dumps(line, separators=(",", ":")) + "\n")
         run = {
-            "test": "synthetic", "seed": self.seed, "backend": "local", "target": "synthetic",
-            "clock": clock, "nodes": list(NODES), "voters": list(NODES), "learners": [],
-            "config": {"delay_duration_ms": DD_MS, "max_clock_skew_ms": CSMAX_MS,
-                       "idle_safe_time_interval_ms": 250, "toggles": [],
-                       "rename_column_compatible": True},
-            "nemesis": {"kinds": ["partition"]}, "workload": {"name": "synthetic"},
-            "start_wall_ms": START_WALL_MS, "harness_version": "synth",
+            "test": "synthetic",
+            "seed": self.seed,
+            "backend": "local",
+            "target": "synthetic",
+            "clock": clock,
+            "nodes": list(NODES),
+            "voters": list(NODES),
+            "learners": [],
+            "config": {
+                "delay_duration_ms": DD_MS,
+                "max_clock_skew_ms": CSMAX_MS,
+                "idle_safe_time_interval_ms": 250,
+                "toggles": [],
+                "rename_column_compatible": True,
+            },
+            "nemesis": {"kinds": ["partition"]},
+            "workload": {"name": "synthetic"},
+            "start_wall_ms": START_WALL_MS,
+            "harness_version": "synth",
         }
         (run_dir / "run.json").write_text(json.dumps(run, indent=1) + "\n")
         return len(self.records)
 
 
-def generate_run(run_dir: Path, seed: int, events: int = 400, fault: str | None = None,
-                 clock: str = "hlc") -> int:
+def generate_run(
+    run_dir: Path, seed: int, events: int = 400, fault: str | None = None, clock: str = "hlc"
+) -> int:
     """Write a run directory of about `events` events (at least the scripted tail's ~150)."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
@@ -405,26 +530,42 @@ def _setup(m: ClusterModel) -> int:
     t = 10 * MS
     for name in ("t1", "t2", "t3"):
         tables = m.tables_copy()
-        tables[name] = {"id": m.next_table_id, "name": name, "schema_version": 1,
-                        "columns": [m.column("c1", "INT32"),
-                                    m.column("c2", "VARCHAR(16)", False, "x"),
-                                    m.column("c3", "DECIMAL(10,2)")],
-                        "indexes": []}
+        tables[name] = {
+            "id": m.next_table_id,
+            "name": name,
+            "schema_version": 1,
+            "columns": [
+                m.column("c1", "INT32"),
+                m.column("c2", "VARCHAR(16)", False, "x"),
+                m.column("c3", "DECIMAL(10,2)"),
+            ],
+            "indexes": [],
+        }
         m.next_table_id += 1
-        stmt = f"CREATE TABLE {name} (c1 INT32, c2 VARCHAR(16) NOT NULL DEFAULT 'x', c3 DECIMAL(10,2))"
+        stmt = (
+            f"CREATE TABLE {name} (c1 INT32, c2 VARCHAR(16) NOT NULL DEFAULT 'x', c3 DECIMAL(10,2))"
+        )
         _, ack, _ = m.ddl(t, stmt, name, "create_table", tables)
         t = ack + MS
     tables = m.tables_copy()
-    m.bump(tables, "t1")["indexes"] = [{"id": 100, "name": "i1", "columns": ["c1"],
-                                        "state": "REGISTERED"}]
+    m.bump(tables, "t1")["indexes"] = [
+        {"id": 100, "name": "i1", "columns": ["c1"], "state": "REGISTERED"}
+    ]
     _, ack, _ = m.ddl(t, "CREATE INDEX i1 ON t1 (c1)", "t1", "create_index", tables)
     for state in ("BUILDING", "AVAILABLE"):
         tables = m.tables_copy()
         m.bump(tables, "t1")["indexes"][0]["state"] = state
         line = m.add_version(ack, f"ALTER INDEX i1 SET STATE {state}", tables)
         ack = m.time_of(line["activation_ts"]) + MS
-    m.emit(ack, {"type": "info", "process": "nemesis", "f": "start-partition",
-                 "value": {"groups": [["n1", "n2"], ["n3"]]}})
+    m.emit(
+        ack,
+        {
+            "type": "info",
+            "process": "nemesis",
+            "f": "start-partition",
+            "value": {"groups": [["n1", "n2"], ["n3"]]},
+        },
+    )
     return ack + MS
 
 
@@ -444,8 +585,9 @@ def _workload(m: ClusterModel, t: int, events: int) -> int:
             n_added = _random_ddl(m, next_ddl, n_added)
             next_ddl += rng.randint(1200, 1800) * MS
         if not healed and len(m.records) > budget // 2:
-            m.emit(start, {"type": "info", "process": "nemesis", "f": "stop-partition",
-                           "value": {}})
+            m.emit(
+                start, {"type": "info", "process": "nemesis", "f": "stop-partition", "value": {}}
+            )
             healed = True
         node = NODES[rng.randrange(len(NODES))]
         if rng.random() < 0.2:
@@ -480,13 +622,17 @@ def _random_ddl(m: ClusterModel, t: int, n: int) -> int:
     m.bump(tables, table)
     if choice < 0.55 and c["type"] == "INT32":
         c["type"] = "INT64"
-        m.ddl(t, f"ALTER TABLE {table} ALTER COLUMN {c['name']} SET DATA TYPE INT64", table,
-              "alter_type", tables)
+        m.ddl(
+            t,
+            f"ALTER TABLE {table} ALTER COLUMN {c['name']} SET DATA TYPE INT64",
+            table,
+            "alter_type",
+            tables,
+        )
     elif choice < 0.7:
         old = c["name"]
         c["name"] = f"a{n}"
-        m.ddl(t, f"ALTER TABLE {table} RENAME COLUMN {old} TO a{n}", table, "rename_column",
-              tables)
+        m.ddl(t, f"ALTER TABLE {table} RENAME COLUMN {old} TO a{n}", table, "rename_column", tables)
         return n + 1
     elif choice < 0.85:
         tbl["columns"] = [x for x in tbl["columns"] if x["id"] != c["id"]]
@@ -494,8 +640,13 @@ def _random_ddl(m: ClusterModel, t: int, n: int) -> int:
     else:
         c2 = next(x for x in tbl["columns"] if x["name"] == "c2")
         c2["default"] = f"d{n}"
-        m.ddl(t, f"ALTER TABLE {table} ALTER COLUMN c2 SET DEFAULT 'd{n}'", table,
-              "set_default", tables)
+        m.ddl(
+            t,
+            f"ALTER TABLE {table} ALTER COLUMN c2 SET DEFAULT 'd{n}'",
+            table,
+            "set_default",
+            tables,
+        )
         return n + 1
     return n
 
@@ -547,32 +698,45 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
     # A compatible DDL on t2 (add a nullable column) and what straddles its activation.
     tables = m.tables_copy()
     m.bump(tables, "t2")["columns"].append(m.column("tail_a", "INT32"))
-    line_a, ack_a, _ = m.ddl(t, "ALTER TABLE t2 ADD COLUMN tail_a INT32", "t2",
-                                     "add_column", tables, node="n2")
+    line_a, ack_a, _ = m.ddl(
+        t, "ALTER TABLE t2 ADD COLUMN tail_a INT32", "t2", "add_column", tables, node="n2"
+    )
     act_a = line_a["activation_ts"]
     t_act_a = m.time_of(act_a)
     # Transborder near-miss: enlisted before activation, its write after it fails.
     x = m.begin(t_act_a - 50 * MS, "n3")
     m.op(x, t_act_a - 40 * MS, "r", "t2", k_a)
     forced = fault == "transborder-op"
-    if m.op(x, t_act_a + 10 * MS, "w", "t2", k_b, m.row_for(m.table_version(
-            x.ids["t2"], x.tables["t2"]["base_ts"])), force=forced):
+    if m.op(
+        x,
+        t_act_a + 10 * MS,
+        "w",
+        "t2",
+        k_b,
+        m.row_for(m.table_version(x.ids["t2"], x.tables["t2"]["base_ts"])),
+        force=forced,
+    ):
         m.commit(x, t_act_a + 20 * MS)
     # Probes just before and after the activation (the AP near-miss and its fault).
     old_v = line_a["catalog_version"] - 1
     m.probe(ack_a + 5 * MS, "n1", "t2", act_a - 1)
     answer = None
     if fault == "ap-violation":
-        answer = {"catalog_version": old_v,
-                  "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"]}
+        answer = {
+            "catalog_version": old_v,
+            "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
+        }
     m.probe(ack_a + 5 * MS, "n2", "t2", act_a + 1, answer)
     # Read-your-DDL: a probe with a null ts after the ack (stale if its node lags).
     stale = None
     if fault == "stale-schema-read":
         lag_ts = act_a - (1 << 16)
-        stale = {"ts": lag_ts, "catalog_version": old_v,
-                 "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
-                 "columns": m.catalog[old_v - 1]["tables"]["t2"]["columns"]}
+        stale = {
+            "ts": lag_ts,
+            "catalog_version": old_v,
+            "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
+            "columns": m.catalog[old_v - 1]["tables"]["t2"]["columns"],
+        }
     m.probe(ack_a + 10 * MS, "n3", "t2", None, stale)
     y = m.begin(ack_a + 20 * MS, "n1")
     m.op(y, ack_a + 21 * MS, "r", "t2", k_a)
@@ -582,8 +746,14 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
     # An incompatible DDL on t2 (a default change) and a txn committing across it.
     tables = m.tables_copy()
     next(c for c in m.bump(tables, "t2")["columns"] if c["name"] == "c2")["default"] = "tail"
-    line_b, ack_b, ack_b_pos = m.ddl(t, "ALTER TABLE t2 ALTER COLUMN c2 SET DEFAULT 'tail'",
-                                     "t2", "set_default", tables, node="n3")
+    line_b, ack_b, ack_b_pos = m.ddl(
+        t,
+        "ALTER TABLE t2 ALTER COLUMN c2 SET DEFAULT 'tail'",
+        "t2",
+        "set_default",
+        tables,
+        node="n3",
+    )
     t_act_b = m.time_of(line_b["activation_ts"])
     z = m.begin(t_act_b - 60 * MS, "n2")
     m.op(z, t_act_b - 50 * MS, "r", "t2", k_a)
@@ -600,8 +770,10 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
         final["value"]["participants"][0]["commit_schema_version"] -= 1
     if fault == "schema-conformance":
         final = m.records[-1][2]
-        final["value"]["ops"][0]["result"] = {**(final["value"]["ops"][0]["result"] or {}),
-                                              "ghost": 7}
+        final["value"]["ops"][0]["result"] = {
+            **(final["value"]["ops"][0]["result"] or {}),
+            "ghost": 7,
+        }
     t += 10 * MS
 
     # lost-write: a fresh key of t3 written, overwritten, and one deleted (near-misses).

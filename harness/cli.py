@@ -102,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--concurrency", type=_positive_int, default=None, help="client processes (5)")
     run.add_argument(
-        "--nemesis", default=None, help="comma list of fault kinds, 'all' or 'none' (none)"
+        "--nemesis",
+        default=None,
+        help="comma list of fault kinds, 'all' or 'none' (all; on the local backend without "
+        "root, the kinds that need no root)",
     )
     run.add_argument(
         "--nemesis-interval", type=_positive_float, default=None, help="seconds between faults (10)"
@@ -179,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clean.add_argument("--store", type=Path, default=Path("store"))
     clean.add_argument("--run-id", default=None, help="only what this run left")
+    clean.add_argument(
+        "--nodes-file", type=Path, default=None, help="also clean the ssh backend's hosts"
+    )
 
     nightly = sub.add_parser("nightly", help="run a matrix of scenarios and gate on the results")
     nightly.add_argument("--matrix", type=Path, required=True, metavar="FILE")
@@ -260,6 +266,10 @@ def _validate(opts: Any) -> None:
 
     if opts.voters > opts.nodes and opts.backend != "ssh":
         raise BadInput(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
+    from harness.target import TARGETS
+
+    if opts.target not in TARGETS:
+        raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
     known_toggles = _known_toggles()
     for toggle in opts.toggles:
         if known_toggles is not None and toggle not in known_toggles:
@@ -312,7 +322,8 @@ def _validate(opts: Any) -> None:
             raise BadInput(f"--backend local: {str(e).removeprefix('local: ')}") from e
 
 
-def _run_options(args: argparse.Namespace) -> Any:
+def _run_options(args: argparse.Namespace) -> tuple[Any, bool]:
+    """RunOptions from scenario then flags, and whether the nemesis list is the default."""
     from harness.run import RunOptions
 
     given: dict[str, Any] = {}
@@ -341,15 +352,18 @@ def _run_options(args: argparse.Namespace) -> Any:
         "local_base": args.local_base,
     }
     given.update({k: v for k, v in flags.items() if v is not None})
+    defaulted = "nemesis" not in given
+    if defaulted:
+        given["nemesis"] = _nemesis_kinds("all")
     if args.no_analyze:
         given["no_analyze"] = True
     try:
-        return RunOptions(**given)
+        return RunOptions(**given), defaulted
     except TypeError as e:
         raise BadInput(f"--scenario: {e}") from e
 
 
-def _execute(opts: Any, show_progress: bool) -> tuple[int, Path]:
+def _execute(opts: Any, show_progress: bool, default_nemesis: bool = False) -> tuple[int, Path]:
     from dataclasses import replace
 
     from harness.cluster import ProvisionError, resolve_backend
@@ -360,12 +374,14 @@ def _execute(opts: Any, show_progress: bool) -> tuple[int, Path]:
     except ProvisionError as e:
         raise BadInput(str(e)) from e
     print(f"schemachaos: {why}", file=sys.stderr)
+    opts = replace(opts, backend=backend)
     if backend == "local" and os.geteuid() != 0:
         print(
             "schemachaos: not root: the local backend cannot inject network faults",
             file=sys.stderr,
         )
-    opts = replace(opts, backend=backend)
+        if default_nemesis:
+            opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in ROOT_NEMESES))
     _validate(opts)
     if not show_progress:
         outcome = run_test(opts)
@@ -390,8 +406,8 @@ def _execute(opts: Any, show_progress: bool) -> tuple[int, Path]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    opts = _run_options(args)
-    code, run_dir = _execute(opts, show_progress=not args.no_progress)
+    opts, default_nemesis = _run_options(args)
+    code, run_dir = _execute(opts, not args.no_progress, default_nemesis)
     return gate(run_dir, opts.expect) if args.gate and code in (0, 1) else code
 
 
@@ -508,7 +524,14 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from harness.cluster import clean
 
-    removed = clean(run_id=args.run_id, store=args.store)
+    if args.nodes_file is not None:
+        from harness.remote_ssh import NodesFileError, load_nodes_file
+
+        try:
+            load_nodes_file(args.nodes_file)
+        except NodesFileError as e:
+            raise BadInput(f"--nodes-file: {e}") from e
+    removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
     for item in removed:
         print(f"removed {item}")
     print(f"clean: {len(removed)} item(s) removed")

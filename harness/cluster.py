@@ -221,7 +221,7 @@ def _provision_ssh(spec: ClusterSpec, run_id: str, cleanups: list[Any]) -> Clust
             remote.run("true", timeout=15)
         except RemoteError as e:
             raise ProvisionError(f"ssh host {e}") from e
-    root = "/var/tmp/schemachaos"
+    root = SSH_ROOT
     return Cluster(
         nodes=nodes,
         voters=voters,
@@ -311,9 +311,42 @@ def remove_iptables_rules(addresses: list[str] | None = None) -> list[str]:
     return removed
 
 
-def clean(run_id: str | None = None, store: Path | None = None) -> list[str]:
+SSH_ROOT = "/var/tmp/schemachaos"
+REMOTE_IPTABLES_CLEAN = (
+    "for t in filter mangle nat raw; do iptables -w -t $t -S 2>/dev/null "
+    f"| grep -F -- '--comment {IPTABLES_COMMENT}' | sed 's/^-A /-D /' "
+    '| while read -r rule; do eval iptables -w -t $t "$rule" && echo removed; done; done; true'
+)
+
+
+def clean_ssh_hosts(nodes_file: Path) -> list[str]:
+    """On the hosts of a nodes file: kill our node processes, delete our iptables rules."""
+    from harness.remote_ssh import SshRemote, load_nodes_file
+
+    removed: list[str] = []
+    for h in load_nodes_file(nodes_file):
+        remote = SshRemote(
+            h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
+        )
+        try:
+            remote.signal(f"schemasync.node --config {SSH_ROOT}/", "KILL")
+            out = remote.run(REMOTE_IPTABLES_CLEAN, timeout=60)
+            removed.append(
+                f"{h.name}: node processes; {out.stdout.count('removed')} iptables rules"
+            )
+        except RemoteError as e:
+            removed.append(f"{h.name}: not cleaned: {e}")
+        finally:
+            remote.close()
+    return removed
+
+
+def clean(
+    run_id: str | None = None, store: Path | None = None, nodes_file: Path | None = None
+) -> list[str]:
     """Remove everything labelled as ours: containers, networks, tagged processes, iptables
-    rules, leftover run keys. With run_id, only that run's."""
+    rules, leftover run keys (and, given a nodes file, our processes and rules on those
+    hosts). With run_id, only that run's."""
     from harness.remote_local import kill_tagged
 
     removed: list[str] = []
@@ -333,4 +366,6 @@ def clean(run_id: str | None = None, store: Path | None = None) -> list[str]:
             if run_id is None or owner == run_id:
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed.append(f"temp area {tmp}")
+    if nodes_file is not None:
+        removed += clean_ssh_hosts(nodes_file)
     return removed

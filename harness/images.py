@@ -103,9 +103,10 @@ def _schemasync_sources() -> list[Path]:
 
 
 def base_tag() -> str:
-    """Content hash of what goes into the base: the suite, the package list, cluster-images/."""
+    """Content hash of what goes into the base: the suite, the package list, the image
+    metadata set at import, cluster-images/."""
     h = hashlib.sha256()
-    h.update(f"{SUITE}\0{' '.join(PACKAGES)}\0".encode())
+    h.update(f"{SUITE}\0{' '.join(PACKAGES)}\0{chr(0).join(BASE_CHANGES)}\0".encode())
     _hash_files(h, CLUSTER_IMAGES, [p for p in CLUSTER_IMAGES.rglob("*") if p.is_file()])
     return f"{BASE_REPO}:{h.hexdigest()[:16]}"
 

@@ -182,6 +182,8 @@ def run_json(
             "voters": opts.voters,
             "nemesis_interval_s": opts.nemesis_interval_s,
             "nodes_file": str(opts.nodes_file) if opts.nodes_file else None,
+            "local_base": opts.local_base,
+            "ready_timeout_s": opts.ready_timeout_s,
         },
     }
 
@@ -332,11 +334,13 @@ def _run_cluster(
     state: RunProgress,
     notify: Callable[[], None],
 ) -> None:
+    image_of = getattr(target, "docker_image", None)
     spec = ClusterSpec(
         backend=backend,
         nodes=opts.nodes,
         voters=opts.voters,
         nodes_file=opts.nodes_file,
+        image=str(image_of()) if backend == "docker" and callable(image_of) else None,
         local_base=opts.local_base,
         ready_timeout_s=opts.ready_timeout_s,
     )
@@ -522,6 +526,8 @@ def options_from_run_json(run_json_path: Path, store: Path | None = None) -> Run
         max_skew_ms=int(config.get("max_clock_skew_ms", 500)),
         idle_safe_time_interval_ms=int(config.get("idle_safe_time_interval_ms", 250)),
         nodes_file=Path(options["nodes_file"]) if options.get("nodes_file") else None,
+        local_base=str(options.get("local_base", "127.0.0.10")),
+        ready_timeout_s=float(options.get("ready_timeout_s", 60.0)),
         test_name=str(data.get("test")) if data.get("test") else None,
         target=str(data.get("target", "schemasync")),
         target_config={k: v for k, v in config.items() if k not in known},

@@ -92,10 +92,22 @@ class Target(Protocol):
     def teardown(self) -> None: ...
 
 
-def load_target(name: str) -> Target:
-    """The registered targets by name; another database adds one line here."""
-    if name == "schemasync":
-        from harness.target_schemasync import SchemaSyncTarget
+TARGETS = {
+    "schemasync": ("harness.target_schemasync", "SchemaSyncTarget"),
+    "postgres": ("harness.target_postgres", "PostgresTarget"),
+}
 
-        return SchemaSyncTarget()
-    raise ValueError(f"unknown target {name!r} (known: schemasync)")
+
+def load_target(name: str) -> Target:
+    """The registered targets by name; another database adds one line to TARGETS.
+
+    A target may also offer `docker_image() -> str`: the image the docker backend then runs
+    instead of the schemasync node image.
+    """
+    import importlib
+
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
+    module, cls = TARGETS[name]
+    target: Target = getattr(importlib.import_module(module), cls)()
+    return target

@@ -300,7 +300,9 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         sample[1].append(t)
         sample[2].append(v)
 
-    def status_sample(node: Any, t: float, value: Mapping[str, Any]) -> None:
+    def status_sample(
+        node: Any, t: float, value: Mapping[str, Any], with_offset: bool = True
+    ) -> None:
         if not isinstance(node, str):
             return
         safe, now = value.get("safe_ts"), value.get("hlc_now")
@@ -310,6 +312,8 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         if isinstance(cv, int):
             add(status_v, node, t, float(cv))
         wall, hlc_now = value.get("wall_ms"), value.get("hlc_now")
+        if not with_offset:
+            return
         if isinstance(wall, int) and comparable:
             # The node's faked wall clock against the controller's: a measured clock offset.
             sent = start_wall_ms + t * 1000.0
@@ -329,12 +333,17 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
             fields = view.fields
             off = fields.get("wall_offset_s", fields.get("hlc_offset_s", fields.get("offset_s")))
             if isinstance(off, int | float) and not isinstance(off, bool):
-                add(offs, view.node, when, float(off))
+                off = float(off)
+                add(offs, view.node, when, off)
                 measured = True
+            if "hlc_now" in fields or "wall_ms" in fields:
+                # a whole admin.status view: lag, applied version, offset from its clocks
+                status_sample(view.node, when, fields, with_offset=not isinstance(off, float))
+                measured = measured or "wall_ms" in fields or "hlc_now" in fields
+                continue
             safe = fields.get("safe_ts")
             if isinstance(safe, int) and comparable:
-                now = fields.get("hlc_now")
-                ref = (now >> 16) if isinstance(now, int) else start_wall_ms + when * 1000.0
+                ref = start_wall_ms + when * 1000.0  # the controller's clock at the event
                 add(lag, view.node, when, float(ref - (safe >> 16)))
         if not measured:
             for node, off in _offsets(value, nodes).items():

@@ -44,6 +44,15 @@ ADMIN_TYPES = (
 )
 
 
+def _source_address(config: NodeConfig) -> str | None:
+    """The address outgoing peer traffic leaves from: our own bind address when it is a
+    specific one, so that partition rules can match the sending node."""
+    bind = config.nodes[config.name].bind
+    if bind in ("", "0.0.0.0", "::"):
+        return None
+    return bind
+
+
 @dataclass
 class NodeContext:
     """What the core gives the txn layer (docs/interfaces.md)."""
@@ -75,15 +84,18 @@ class Node:
         self.config = config
         self.name = config.name
         self.hlc = HybridClock(config.max_clock_skew_ms)
+        source = _source_address(config)
         self._raft_peers = PeerClient(
             {n: (a.host, a.metastore_port) for n, a in config.nodes.items()},
             self.hlc.now,
             self.hlc.update,
+            source,
         )
         self.peers = PeerClient(
             {n: (a.host, a.peer_port) for n, a in config.nodes.items()},
             self.hlc.now,
             self.hlc.update,
+            source,
         )
         self.metastore = MetaStorage(config, self.hlc, self._raft_peers.call)
         self.schema_sync = SchemaSync(

@@ -145,8 +145,13 @@ class RpcConnection:
         self.writer = writer
 
     @classmethod
-    async def open(cls, host: str, port: int) -> RpcConnection:
-        reader, writer = await asyncio.open_connection(host, port, limit=MAX_FRAME + 8)
+    async def open(cls, host: str, port: int, source: str | None = None) -> RpcConnection:
+        # Binding the source address lets an iptables rule tell which node sent a packet
+        # (nodes sharing one host's loopback would otherwise all come from 127.0.0.1).
+        local_addr = (source, 0) if source else None
+        reader, writer = await asyncio.open_connection(
+            host, port, limit=MAX_FRAME + 8, local_addr=local_addr
+        )
         return cls(reader, writer)
 
     async def call(self, req_type: str, body: dict[str, Any], hlc_ts: int) -> dict[str, Any]:
@@ -174,9 +179,10 @@ class RpcConnection:
 class RpcPool:
     """Outgoing RPC to one address: a few reusable connections, closed on any failure."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, source: str | None = None) -> None:
         self.host = host
         self.port = port
+        self.source = source
         self._idle: list[RpcConnection] = []
 
     async def call(
@@ -196,7 +202,7 @@ class RpcPool:
         try:
             async with asyncio.timeout(timeout):
                 if conn is None:
-                    conn = await RpcConnection.open(self.host, self.port)
+                    conn = await RpcConnection.open(self.host, self.port, self.source)
                 reply = await conn.call(req_type, body, hlc_ts)
         except BaseException:
             if conn is not None:
@@ -222,8 +228,10 @@ class PeerClient:
         addresses: dict[str, tuple[str, int]],
         clock_now: Callable[[], int],
         clock_update: Callable[[int], int],
+        source: str | None = None,
     ) -> None:
         self._addresses = addresses
+        self._source = source
         self._pools: dict[str, RpcPool] = {}
         self._now = clock_now
         self._update = clock_update
@@ -234,7 +242,7 @@ class PeerClient:
             if node not in self._addresses:
                 raise errors.invalid_request(f"unknown node {node!r}")
             host, port = self._addresses[node]
-            pool = self._pools[node] = RpcPool(host, port)
+            pool = self._pools[node] = RpcPool(host, port, self._source)
         return pool
 
     async def call(

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from checker.analyze import CLASSES, analyze_run, exit_code
+from checker.analyze import CLASSES, AnalyzeOptions, analyze_run, exit_code
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
 HISTORIES = Path(__file__).parent / "histories"
+FAST = AnalyzeOptions(with_stats=False)  # statistics have their own test
 
 
 def make_run(case: str, dest: Path) -> Path:
@@ -34,11 +35,13 @@ def witnesses(results: dict, cls: str) -> list[list[int]]:
 @pytest.mark.spark
 @pytest.mark.parametrize("case", CLASSES)
 def test_class_fires_on_its_history_and_not_on_the_near_miss(
-    case: str, tmp_path: Path, spark: SparkSession  # noqa: F811
+    case: str,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
 ) -> None:
     expect = json.loads((HISTORIES / case / "expect.json").read_text())["fires"]
     run = make_run(case, tmp_path / case)
-    results = analyze_run(run, spark=spark)
+    results = analyze_run(run, spark=spark, options=FAST)
     assert results["errors"] == []
     assert results["valid"] is False and exit_code(results) == 1
     found = {a["class"] for a in results["anomalies"]}
@@ -54,9 +57,10 @@ def test_class_fires_on_its_history_and_not_on_the_near_miss(
 
 @pytest.mark.spark
 def test_explanation_names_txn_table_node_versions_and_timestamps(
-    tmp_path: Path, spark: SparkSession  # noqa: F811
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
 ) -> None:
-    results = analyze_run(make_run("ap-violation", tmp_path / "ap"), spark=spark)
+    results = analyze_run(make_run("ap-violation", tmp_path / "ap"), spark=spark, options=FAST)
     op = next(a for a in results["anomalies"] if a["events"] == [7])
     assert op["explanation"] == (
         "txn a2 read t1 key 1 on n3 at 2001:62464 with schema version 1, "

@@ -15,7 +15,10 @@ from checker.analyze import AnalyzeOptions, analyze_run, exit_code
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.test_checker_classes import make_run
 
-SPARK_PATH = AnalyzeOptions(python_validation_max_bytes=0)  # validate with Spark expressions
+PYTHON_PATH = AnalyzeOptions(with_stats=False)
+SPARK_PATH = AnalyzeOptions(
+    python_validation_max_bytes=0, with_stats=False
+)  # validate with Spark expressions
 
 
 def lines(run: Path) -> list[str]:
@@ -37,12 +40,14 @@ def edit(line: str, **changes: object) -> str:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("options", [AnalyzeOptions(), SPARK_PATH], ids=["python", "spark"])
+@pytest.mark.parametrize("options", [PYTHON_PATH, SPARK_PATH], ids=["python", "spark"])
 def test_truncated_last_line_is_named_and_the_verdict_is_unknown(
-    tmp_path: Path, spark: SparkSession, options: AnalyzeOptions  # noqa: F811
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
 ) -> None:
     run = make_run("ap-violation", tmp_path / "run")
-    text = lines(run)[:2] + ['{"index":2,"time":2102000000,"type":"inv']
+    text = [*lines(run)[:2], '{"index":2,"time":2102000000,"type":"inv']
     write_lines(run, text, final_newline=False)
     results = analyze_run(run, spark=spark, options=options)
     assert results["valid"] == "unknown" and exit_code(results) == 2
@@ -53,11 +58,12 @@ def test_truncated_last_line_is_named_and_the_verdict_is_unknown(
 
 @pytest.mark.spark
 def test_truncated_tail_after_an_anomaly_still_reports_it(
-    tmp_path: Path, spark: SparkSession  # noqa: F811
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
 ) -> None:
     run = make_run("ap-violation", tmp_path / "run")
     write_lines(run, [*lines(run), '{"index":8,"ti'], final_newline=False)
-    results = analyze_run(run, spark=spark)
+    results = analyze_run(run, spark=spark, options=PYTHON_PATH)
     assert results["valid"] is False
     assert {a["class"] for a in results["anomalies"]} == {"ap-violation"}
     assert "line 9: truncated" in results["errors"][0]
@@ -79,9 +85,12 @@ CASES = {
 
 @pytest.mark.spark
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("options", [AnalyzeOptions(), SPARK_PATH], ids=["python", "spark"])
+@pytest.mark.parametrize("options", [PYTHON_PATH, SPARK_PATH], ids=["python", "spark"])
 def test_malformed_history_names_file_line_and_field(
-    case: str, options: AnalyzeOptions, tmp_path: Path, spark: SparkSession  # noqa: F811
+    case: str,
+    options: AnalyzeOptions,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
 ) -> None:
     change, message = CASES[case]
     run = make_run("ap-violation", tmp_path / "run")

@@ -12,10 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from checker.analyze import analyze_run
+from checker.analyze import AnalyzeOptions, analyze_run
 from checker.contract import validator
 from checker.synth import FAULTS, expected_classes, generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
+
+FAST = AnalyzeOptions(with_stats=False)
 
 
 def test_synthetic_histories_follow_the_contract(tmp_path: Path) -> None:
@@ -33,7 +35,7 @@ def test_synthetic_histories_follow_the_contract(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @settings(
-    max_examples=5,
+    max_examples=3,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -46,7 +48,7 @@ def test_correct_model_is_valid_and_each_fault_gives_its_class(
 ) -> None:
     with tempfile.TemporaryDirectory() as d:
         generate_run(Path(d), seed=seed, events=300, fault=fault)
-        results = analyze_run(Path(d), spark=spark)
+        results = analyze_run(Path(d), spark=spark, options=FAST)
     found = {a["class"] for a in results["anomalies"]}
     assert found == expected_classes(fault), results["anomalies"]
     assert results["valid"] is (fault is None)
@@ -55,19 +57,22 @@ def test_correct_model_is_valid_and_each_fault_gives_its_class(
 @pytest.mark.spark
 @pytest.mark.parametrize("fault", FAULTS)
 def test_every_fault_class_once(
-    tmp_path: Path, spark: SparkSession, fault: str  # noqa: F811
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    fault: str,
 ) -> None:
     generate_run(tmp_path, seed=11, events=250, fault=fault)
-    results = analyze_run(tmp_path, spark=spark)
+    results = analyze_run(tmp_path, spark=spark, options=FAST)
     assert {a["class"] for a in results["anomalies"]} == expected_classes(fault)
 
 
 @pytest.mark.spark
 def test_clock_none_marks_timestamp_checks_not_applicable(
-    tmp_path: Path, spark: SparkSession  # noqa: F811
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
 ) -> None:
     generate_run(tmp_path, seed=5, events=250, fault="transborder-op", clock="none")
-    results = analyze_run(tmp_path, spark=spark)
+    results = analyze_run(tmp_path, spark=spark, options=FAST)
     assert set(results["not_applicable"]) >= {
         "ap-violation",
         "transborder-op",

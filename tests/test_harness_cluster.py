@@ -14,7 +14,7 @@ from harness.cluster import Cluster, ClusterSpec, provision
 from harness.remote_local import tagged_processes
 from harness.target_schemasync import SchemaSyncTarget
 from schemasync.client import Client
-from tests.test_harness_support import node_image  # noqa: F401  (fixture)
+from tests.test_harness_support import free_local_base, node_image  # noqa: F401  (fixture)
 
 
 def _exercise(cluster: Cluster, target: SchemaSyncTarget) -> None:
@@ -90,7 +90,7 @@ def test_docker_cluster_up_ddl_probe_teardown(
 @pytest.mark.cluster
 def test_local_cluster_up_ddl_probe_teardown(tmp_path: Path) -> None:
     run_id = f"t-local-{int(time.time())}"
-    spec = ClusterSpec(backend="local", nodes=5, voters=3, local_base="127.0.3.10")
+    spec = ClusterSpec(backend="local", nodes=5, voters=3, local_base=free_local_base())
     _, tmp = _bring_up(spec, run_id, tmp_path)
     assert tagged_processes(run_id) == []
     assert not tmp.exists()
@@ -111,7 +111,7 @@ def test_setup_failure_is_unknown_never_a_pass(tmp_path: Path) -> None:
         time_limit_s=5,
         store=tmp_path,
         test_name="broken",
-        local_base="127.0.3.20",
+        local_base=free_local_base(3),
         target_config={"partitions": 0},
         ready_timeout_s=60,
     )

@@ -15,7 +15,7 @@ import pytest
 
 from harness.remote_local import tagged_processes
 from tests.conftest import docker_available, require
-from tests.test_harness_support import node_image  # noqa: F401  (fixture)
+from tests.test_harness_support import free_local_base, node_image  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def _start_run(store: Path, backend: str, name: str) -> subprocess.Popen[bytes]:
         "--test-name",
         name,
         "--local-base",
-        "127.0.4.10",
+        free_local_base(),
         "--delay-ms",
         "100",
         "--max-skew-ms",
@@ -163,3 +163,37 @@ def test_sigterm_on_local_tears_down_like_ctrl_c(tmp_path: Path) -> None:
     assert tagged_processes(run_id) == []
     assert not (run_dir / ".tmp").exists()
     _read_history(run_dir / "history.jsonl")
+
+
+@pytest.mark.cluster
+def test_repro_replays_the_same_seed_schedule_and_config(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    base = free_local_base()
+    first = subprocess.run(
+        [
+            sys.executable, "-m", "harness.cli", "run", "--backend", "local", "--local-base",
+            base, "--time-limit", "6", "--nemesis", "kill,pause", "--nemesis-interval", "1.5",
+            "--seed", "7", "--concurrency", "2", "--no-analyze", "--no-progress", "--store",
+            str(store), "--test-name", "repro", "--toggle", "no-ack-wait",
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    original = (store / "repro" / "latest").resolve()
+    again = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "repro", str(original), "--no-analyze",
+         "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    replay = (store / "repro" / "latest").resolve()
+    assert replay != original
+    a, b = (json.loads((d / "run.json").read_text()) for d in (original, replay))
+    for key in ("seed", "backend", "nodes", "voters", "config", "nemesis", "workload", "options"):
+        assert a[key] == b[key], key
+    assert a["config"]["toggles"] == ["no-ack-wait"]
+    assert [s["action"] for s in a["nemesis"]["schedule"]][:2] == [
+        f"start-{a['nemesis']['schedule'][0]['params']['kind']}",
+        f"stop-{a['nemesis']['schedule'][0]['params']['kind']}",
+    ]
+    assert any(e["f"].startswith("start-") for e in _read_history(replay / "history.jsonl"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tests.conftest import docker_available, require
@@ -14,3 +16,19 @@ def node_image() -> str:
     from harness.images import ensure_images
 
     return ensure_images().node
+
+
+def free_local_base(nodes: int = 5) -> str:
+    """A loopback range (127.0.X.10 + i) nobody listens on, so parallel runs do not collide."""
+    from harness.remote import RemoteError
+    from harness.remote_local import check_ports_free, local_address
+
+    rng = random.Random()
+    for _ in range(50):
+        base = f"127.0.{rng.randrange(20, 250)}.10"
+        try:
+            check_ports_free([local_address(i, base) for i in range(1, nodes + 1)])
+        except RemoteError:
+            continue
+        return base
+    raise RuntimeError("no free loopback range for a local cluster")

@@ -21,6 +21,7 @@ from harness.target_schemasync import SchemaSyncTarget
 from nemesis import NemesisContext, NemesisStep, heal_all, run_schedule
 from nemesis.context import statuses
 from nemesis.lagging import start_lagging, stop_lagging
+from tests.test_harness_support import free_local_base
 from workloads.history import HistoryRecorder, read_history
 
 pytestmark = pytest.mark.cluster
@@ -31,7 +32,7 @@ def local_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Cluster, SchemaSyncTarget]]:
     run_id = f"t-nemlocal-{uuid.uuid4().hex[:8]}"
-    spec = ClusterSpec(backend="local", nodes=5, voters=3, local_base="127.0.6.10")
+    spec = ClusterSpec(backend="local", nodes=5, voters=3, local_base=free_local_base())
     with provision(spec, run_id, tmp_path_factory.mktemp("nemlocal") / ".tmp") as cluster:
         target = SchemaSyncTarget()
         try:
@@ -56,7 +57,7 @@ def _steps() -> list[NemesisStep]:
         NemesisStep(2.7, "start-pause", {**pause, "target": "one", "nodes": ["n2"]}),
         NemesisStep(3.2, "stop-pause", pause),
         NemesisStep(3.3, "start-kill", {**kill, "target": "metastore-leader", "nodes": None}),
-        NemesisStep(5.3, "stop-kill", kill),
+        NemesisStep(7.3, "stop-kill", kill),  # elections are 300-600 ms; slack for a busy CI
     ]
 
 

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from reports.plots import PLOTS
-from reports.render import render_report
 from tests.conftest import require
-from tests.test_reports_fixture import write_anomalous_run
+from tests.test_reports_fixture import rendered_anomalous_run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -48,11 +47,11 @@ def _wait(driver: Any, script: str, timeout: float = 20.0) -> Any:
     return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script))
 
 
-def test_report_in_chromium(tmp_path: Path, browser: Any) -> None:
+def test_report_in_chromium(browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    fx = write_anomalous_run(tmp_path / "run")
-    report = render_report(fx.run_dir)
+    fx = rendered_anomalous_run()
+    report = fx.run_dir / "report.html"
     browser.get(report.resolve().as_uri())
     verdict = browser.find_element(By.ID, "verdict")
     assert "invalid" in (verdict.get_attribute("class") or "")

@@ -8,7 +8,11 @@ txn aborts with error codes and a final read.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +174,7 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
         at(safe + DD_MS + CS_MS + 40, lambda ok=ok: h.complete(h_ms[0], 0, "ok", "ddl", ok, "n1"))
     # Txns (processes 1..3, replaced after an info): single writes on t1.
     proc = {1: 1, 2: 2, 3: 3}
+    committed: list[int] = []  # keys of acknowledged writes, for the final read
     for step in range(46):
         for lane in (1, 2, 3):
             ms = 1000 + step * 150 + lane * 17
@@ -210,13 +215,14 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
                     h.complete(ms + 30, p, "fail", "txn", {**done, "commit_ts": None}, node, err)
                 elif 2300 <= ms <= 2700 and lane == 3:
                     err = {"code": "TIMEOUT", "message": "no reply in 1 s", "retriable": True}
-                    h.complete(ms + 1000, p, "info", "txn", None, node, err)
+                    h.complete(ms + 1000, p, "info", "txn", {}, node, err)
                     proc[lane] = p + 10
                 elif 5200 <= ms <= 5400 and lane == 1:
                     err = {"code": "LOCK_CONFLICT", "message": "key locked", "retriable": True}
                     h.complete(ms + 4, p, "fail", "txn", {**done, "commit_ts": None}, node, err)
                 else:
                     h.complete(ms + 12 + (step % 7) * 3, p, "ok", "txn", done, node)
+                    committed.append(inv["ops"][0]["key"])
 
             at(ms, go)
     # Probes from the learner n4 (process 50) every 400 ms; stale while it is cut off.
@@ -241,26 +247,21 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
                 witness["stale"].extend([inv_i, cmp_i])
 
         at(ms, probe)
-    # Status samples (process 90): safe-time lag grows on n4 while it is partitioned.
+    # Status samples (admin.status views recorded by a nemesis event): safe-time lag grows on
+    # n4 while it is partitioned; n1/n2 clocks are off during the skew window.
     for step in range(8):
-        for i, node in enumerate(("n1", "n2", "n3", "n4")):
-            ms = 500 + step * 1000 + i
+        ms = 500 + step * 1000
+        views: dict[str, Any] = {}
+        for node in ("n1", "n2", "n3", "n4"):
             lagging = node == "n4" and 2000 <= ms <= 4500
             skew = {"n1": 300, "n2": -200}.get(node, 0) if 5200 <= ms <= 7000 else 0
-            value: dict[str, Any] = {
-                "node": node,
+            views[node] = {
                 "hlc_now": hlc(ms + skew),
                 "wall_ms": START_WALL_MS + int(ms) + skew,
                 "safe_ts": hlc(ms + skew - (ms - 2000 if lagging else 120)),
                 "catalog_version": (2 if lagging and ms > 3100 else _cat(ms)),
             }
-            at(
-                ms,
-                lambda ms=ms, value=value, node=node: (
-                    h.invoke(ms, 90, "status", {}),
-                    h.complete(ms + 1, 90, "ok", "status", value, node),
-                ),
-            )
+        at(ms, lambda ms=ms, views=views: h.nemesis(ms, "status", {"views": views}))
     at(
         2000,
         lambda: h.nemesis(
@@ -278,7 +279,12 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
             60,
             "ok",
             "final-read",
-            {"table": "t1", "ts": hlc(8210), "schema_version": 3, "rows": []},
+            {
+                "table": "t1",
+                "ts": hlc(8210),
+                "schema_version": 3,
+                "rows": [{"key": k, "row": {"c1": k, "c2": None}} for k in sorted(committed)],
+            },
             "n1",
         )
 
@@ -326,6 +332,19 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
             },
         )
     return Fixture(run_dir, ap, stale, ordered)
+
+
+@functools.cache
+def rendered_anomalous_run() -> Fixture:
+    """The learner-partition run reported once per test process (report.html, junit, plots)
+    for the tests that only read the output; removed at exit."""
+    from reports.render import render_report
+
+    root = Path(tempfile.mkdtemp(prefix="reports-fixture-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    fx = write_anomalous_run(root / "run")
+    assert render_report(fx.run_dir) == fx.run_dir / "report.html"
+    return fx
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> None:

@@ -371,6 +371,7 @@ def error_code(e: BaseException) -> tuple[str, bool]:
 # -- the target -----------------------------------------------------------------------------
 
 BOOTSTRAP_SQL = f"""
+SET synchronous_commit = local;  -- the standbys are cloned from this, they cannot ack it yet
 CREATE SCHEMA {META};
 CREATE TABLE {META}.schema_version (
   id int PRIMARY KEY CHECK (id = 1), catalog_version bigint NOT NULL);
@@ -499,6 +500,9 @@ class PostgresTarget:
         self.cluster = cluster
         self.config = {**DEFAULT_CONFIG, **config}
         self.lagging.clear()
+        # Every port a nemesis may aim at is the server's: `lagging-learner` in tbf mode then
+        # shapes the primary's WAL stream to the standbys (the learners) and nothing else.
+        cluster.ports = dict.fromkeys(("client_port", "metastore_port", "peer_port"), PORT)
         server_config(self.primary, self.standbys, self.config, "/")  # validate early
         self._parallel(self._setup_node, cluster.nodes)
 

@@ -28,10 +28,13 @@ def test_every_plot_renders_from_a_real_short_run(tmp_path: Path) -> None:
             store=tmp_path / "store",
             no_analyze=True,
             test_name="reports-real",
+            local_base="127.0.83.10",  # away from the addresses other tests use
         )
     )
+    log = outcome.run_dir / "controller.log"
+    why = log.read_text()[-3000:] if log.exists() else "no controller.log"
     data = load_run(outcome.run_dir)
-    assert len(data.ops) >= 5, "the run recorded (almost) no ops"
+    assert len(data.ops) >= 5, f"the run recorded (almost) no ops:\n{why}"
     assert data.activations, "catalog.jsonl has no DDL"
     assert any(w.kind == "clock" for w in data.windows)
     assert data.clock_offsets_s.node, "the clock nemesis measurements were not read"

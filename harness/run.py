@@ -124,6 +124,7 @@ def build_schedule(
             voters,
             learners,
             max_skew_s=opts.max_skew_ms / 1000.0,
+            options={"delay_ms": opts.delay_ms, **opts.nemesis_options},
         )
     )
 
@@ -434,10 +435,12 @@ async def _exercise(
     state.started = time.monotonic()
     notify()
     stop = asyncio.Event()
+    player = None
     async with asyncio.TaskGroup() as tg:
         if nemesis_ctx is not None:
-            run_schedule = _first([("nemesis", "run_schedule"), ("nemesis.runner", "run_schedule")])
-            tg.create_task(run_schedule(schedule, nemesis_ctx, recorder, stop))
+            # plays every kind: `delay` itself, the others through nemesis.runner.apply_step
+            player = _import("nemesis.delay", "DelayNemesis")(nemesis_ctx, opts.delay_ms)
+            tg.create_task(player.play(schedule, recorder, stop))
         try:
             summary = await run_clients(
                 generator,
@@ -459,6 +462,8 @@ async def _exercise(
         heal_all = _first([("nemesis", "heal_all"), ("nemesis.runner", "heal_all")])
         async with asyncio.timeout(120):
             await heal_all(nemesis_ctx, recorder)
+            if player is not None:
+                await player.heal(recorder)
     state.set_phase("final reads")
     notify()
     async with asyncio.timeout(60):

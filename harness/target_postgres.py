@@ -209,11 +209,13 @@ def translate_ddl(
         return DdlPlanSql(stmts, cmd.table, "bump")
     if isinstance(cmd, d.SetNotNull):
         # The interface fills stored nulls with the default; PostgreSQL would refuse them.
+        # The table lock comes first, or a write could slip a null in between fill and check.
+        lock = f"LOCK TABLE {qualified(cmd.table)} IN ACCESS EXCLUSIVE MODE"
         fill = (
             f"UPDATE {qualified(cmd.table)} SET {ident(cmd.column)} = DEFAULT "
             f"WHERE {ident(cmd.column)} IS NULL"
         )
-        return DdlPlanSql((fill, f"{alter} {column} SET NOT NULL"), cmd.table, "bump")
+        return DdlPlanSql((lock, fill, f"{alter} {column} SET NOT NULL"), cmd.table, "bump")
     if isinstance(cmd, d.DropNotNull):
         return DdlPlanSql((f"{alter} {column} DROP NOT NULL",), cmd.table, "bump")
     if isinstance(cmd, d.SetDefault):
@@ -407,6 +409,7 @@ def server_config(
         "hot_standby": "on",
         "hot_standby_feedback": "on",
         "wal_receiver_status_interval": "'1s'",
+        "wal_retrieve_retry_interval": "'200ms'",
         "max_standby_streaming_delay": f"'{delay_ms}ms'",
         "synchronous_commit": "remote_apply" if mode == "remote_apply" else "on",
         "synchronous_standby_names": quote(sync_names),
@@ -552,7 +555,9 @@ class PostgresTarget:
         self._run(
             node,
             self._as_postgres(
-                node, f"initdb -D {data} -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null"
+                node,
+                f"initdb -D {data} -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync "
+                ">/dev/null",
             ),
             timeout=120,
         )
@@ -568,7 +573,7 @@ class PostgresTarget:
             self._as_postgres(
                 node,
                 f"rm -rf {data}/* && pg_basebackup -h {primary} -p {PORT} -U postgres "
-                f"-D {data} -X stream -c fast -R",
+                f"-D {data} -X stream -c fast -R --no-sync",
             ),
             timeout=180,
         )
@@ -661,11 +666,20 @@ class PostgresTarget:
     def unlag(self, standby: str) -> dict[str, Any]:
         """Undo a lag fault (both kinds, whatever is recorded: heal must not depend on it)."""
         remote = self._remote(standby)
-        remote.run(
+        dropped = remote.run(
             f"iptables -w -S INPUT | grep -F -- '{LAG_COMMENT}:{LAG_TAG}' | sed 's/^-A /-D /' | "
-            "while read -r rule; do eval iptables -w $rule; done; true",
+            "while read -r rule; do eval iptables -w $rule && echo removed; done; true",
             check=False,
         )
+        if standby != self.primary and "removed" in dropped.stdout:
+            # The stream resumes at once instead of after TCP's retransmission backoff (which
+            # grows to many seconds while packets are dropped): a fresh WAL receiver reconnects.
+            self._psql(
+                standby,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE backend_type = 'walreceiver'",
+                check=False,
+            )
         if standby != self.primary:
             self._psql(
                 standby,
@@ -940,6 +954,9 @@ class PostgresClient:
             "role": "standby" if in_recovery else "primary",
             "hlc_now": int(lsn),
             "lsn": int(lsn),
+            "applied_index": int(lsn),  # what the nemeses read as "how far this node is"
+            "leader": self.primary,  # the node every write goes to (no failover)
+            "term": 1,
             "catalog_version": int(version),
         }
 

@@ -467,7 +467,10 @@ class SchemaSyncClient:
     async def txn(self, value: dict[str, Any]) -> dict[str, Any]:
         from schemasync.txn_client import run_txn
 
-        reply = await self._call(lambda: run_txn(self._client, value["ops"]), INDEFINITE_CODES)
+        implicit = bool(value.get("implicit"))
+        reply = await self._call(
+            lambda: run_txn(self._client, value["ops"], implicit=implicit), INDEFINITE_CODES
+        )
         return dict(reply)
 
     async def probe(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -490,6 +493,10 @@ class SchemaSyncClient:
 
     async def status(self) -> dict[str, Any]:
         return dict(await self._call(self._client.status, INDEFINITE_CODES))
+
+    async def set_delay(self, delay_duration_ms: int) -> None:
+        """The node's live DD (admin.set_delay): the `delay` nemesis's hook."""
+        await self._call(lambda: self._client.set_delay(delay_duration_ms), INDEFINITE_CODES)
 
     async def close(self) -> None:
         try:

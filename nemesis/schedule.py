@@ -8,20 +8,26 @@ be written to run.json before it runs and replayed exactly by `repro`.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nemesis.partition import SHAPES, grudge
 
 KINDS = ("clock", "partition", "lagging-learner", "kill", "pause")
+# kinds only taken when named: `delay` changes DD at runtime (meaningful with `mutable-delay`)
+EXTRA_KINDS = ("delay",)
 CLOCK_MODES = ("skew", "skew-beyond", "bump", "strobe")
+# what `clock` / `all` draws from unless `clock_modes` says otherwise: within CSmax, the only
+# skew the design promises to tolerate (skew-beyond is run only when asked for by name)
+DEFAULT_CLOCK_MODES = ("skew", "bump", "strobe")
 LAGGING_MODES = ("drop", "tbf", "inhibit")
 PROCESS_TARGETS = ("one", "minority", "majority", "metastore-leader", "learners", "all")
+DELAY_MODES = ("all", "split")
 
 # action names, also the `f` of the history's nemesis events
-START = {kind: f"start-{kind}" for kind in KINDS}
-STOP = {kind: f"stop-{kind}" for kind in KINDS} | {"partition": "heal-partition"}
+START = {kind: f"start-{kind}" for kind in KINDS + EXTRA_KINDS}
+STOP = {kind: f"stop-{kind}" for kind in KINDS + EXTRA_KINDS} | {"partition": "heal-partition"}
 
 
 @dataclass(frozen=True)
@@ -46,13 +52,14 @@ def parse_kinds(spec: str | Iterable[str]) -> list[str]:
     names = [s.strip() for s in items if s.strip()]
     if names in (["none"], []):
         return []
-    if "all" in names:
-        return list(KINDS)
-    unknown = [n for n in names if n not in KINDS]
+    known = KINDS + EXTRA_KINDS
+    unknown = [n for n in names if n not in known and n != "all"]
     if unknown:
         raise ValueError(
-            f"unknown nemesis {', '.join(unknown)} (known: {', '.join(KINDS)}, all, none)"
+            f"unknown nemesis {', '.join(unknown)} (known: {', '.join(known)}, all, none)"
         )
+    if "all" in names:  # every standard kind, plus any extra kind named beside it
+        return list(KINDS) + [n for n in dict.fromkeys(names) if n in EXTRA_KINDS]
     return list(dict.fromkeys(names))
 
 
@@ -128,6 +135,48 @@ def process_params(
     return {"target": target, "nodes": ordered}
 
 
+def _choices(
+    options: Mapping[str, Any], key: str, allowed: Sequence[str], default: Sequence[str]
+) -> list[str]:
+    """The scenario's `[nemesis.options]` list for key, checked against what exists."""
+    raw = options.get(key)
+    if raw is None:
+        return list(default)
+    if isinstance(raw, str):
+        raw = [raw]
+    values = [str(x) for x in raw]
+    bad = [x for x in values if x not in allowed]
+    if bad or not values:
+        raise ValueError(f"nemesis option {key}: {bad or 'empty'} (known: {', '.join(allowed)})")
+    return values
+
+
+def delay_params(
+    mode: str,
+    rng: random.Random,
+    nodes: Sequence[str],
+    values_ms: Sequence[int],
+    configured_ms: int,
+) -> dict[str, Any]:
+    """DD per node for one `delay` fault (admin.set_delay), and the value the stop restores.
+
+    all: every node takes one value other than the configured DD; split: the nodes are cut in
+    two seeded groups with different values, so they also disagree with each other.
+    """
+    others = [v for v in values_ms if v != configured_ms] or list(values_ms)
+    if mode == "all":
+        value = rng.choice(others)
+        delays = {n: value for n in nodes}
+    elif mode == "split":
+        low = rng.choice(others)
+        high = rng.choice([v for v in values_ms if v != low] or [configured_ms])
+        group = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+        delays = {n: (low if n in group else high) for n in nodes}
+    else:
+        raise ValueError(f"unknown delay mode {mode!r}")
+    return {"mode": mode, "delays_ms": delays, "restore_ms": configured_ms}
+
+
 def fault_params(
     kind: str,
     rng: random.Random,
@@ -135,21 +184,37 @@ def fault_params(
     learners: Sequence[str],
     max_skew_s: float,
     interval_s: float,
+    options: Mapping[str, Any] | None = None,
+    nth: int = 0,
 ) -> dict[str, Any]:
-    """The data of one fault of `kind`, every random choice taken from rng."""
+    """The data of the nth fault of `kind`, every random choice taken from rng, within what
+    the scenario's `[nemesis.options]` allows (clock_modes, lagging_modes, partition_shapes,
+    process_targets, delay_modes, delay_values_ms, delay_ms)."""
+    opts = options or {}
     if kind == "clock":
-        return clock_params(rng.choice(CLOCK_MODES), rng, nodes, max_skew_s, interval_s)
+        modes = _choices(opts, "clock_modes", CLOCK_MODES, DEFAULT_CLOCK_MODES)
+        return clock_params(rng.choice(modes), rng, nodes, max_skew_s, interval_s)
     if kind == "partition":
-        shape = rng.choice(SHAPES)
+        shape = rng.choice(_choices(opts, "partition_shapes", SHAPES, SHAPES))
         g = None if shape == "isolate-metastore-leader" else grudge(shape, nodes, rng)
         return {"shape": shape, "grudge": g}
     if kind == "lagging-learner":
         count = rng.randint(1, len(learners))
         chosen = set(rng.sample(list(learners), count))
-        return {"mode": rng.choice(LAGGING_MODES), "learners": [x for x in learners if x in chosen]}
+        mode = rng.choice(_choices(opts, "lagging_modes", LAGGING_MODES, LAGGING_MODES))
+        return {"mode": mode, "learners": [x for x in learners if x in chosen]}
     if kind in ("kill", "pause"):
-        targets = [t for t in PROCESS_TARGETS if t != "learners" or learners]
+        usable = [t for t in PROCESS_TARGETS if t != "learners" or learners]
+        targets = _choices(opts, "process_targets", usable, usable)
         return process_params(rng.choice(targets), rng, nodes, learners)
+    if kind == "delay":
+        configured = int(opts.get("delay_ms", 500))
+        values = [int(v) for v in opts.get("delay_values_ms") or (configured, configured // 4)]
+        if any(v < 1 for v in values):
+            raise ValueError(f"nemesis option delay_values_ms: needs values >= 1, got {values}")
+        modes = _choices(opts, "delay_modes", DELAY_MODES, DELAY_MODES)
+        mode = modes[nth % len(modes)]  # in turn: each mode shows up early
+        return delay_params(mode, rng, nodes, values, configured)
     raise ValueError(f"unknown nemesis kind {kind!r}")
 
 
@@ -163,13 +228,15 @@ def build_schedule(
     learners: list[str],
     *,
     max_skew_s: float = 0.5,
+    options: Mapping[str, Any] | None = None,
 ) -> list[NemesisStep]:
     """Healthy for interval_s, a fault for interval_s, healthy again, ... until time_limit_s.
 
     Kinds are taken in a seeded shuffled rotation so each appears once before any repeats;
-    a fault is scheduled only if it also ends (is healed) within the time limit. voters is
-    part of the signature for targets that need it; learners-only faults drop out when the
-    cluster has no learners.
+    a fault is scheduled only if it also ends (is healed) within the time limit. `options` is
+    the scenario's `[nemesis.options]`: it narrows what each kind may pick (see fault_params).
+    voters is part of the signature for targets that need it; learners-only faults drop out
+    when the cluster has no learners.
     """
     if interval_s <= 0:
         raise ValueError("nemesis interval must be > 0")
@@ -186,7 +253,8 @@ def build_schedule(
             rotation = list(usable)
             rng.shuffle(rotation)
         kind = rotation.pop()
-        params = fault_params(kind, rng, nodes, learners, max_skew_s, interval_s)
+        nth = sum(1 for s in steps if s.action == START[kind])
+        params = fault_params(kind, rng, nodes, learners, max_skew_s, interval_s, options, nth)
         tag = {"fault": fault, "kind": kind}
         steps.append(NemesisStep(_offset(start), START[kind], {**tag, **params}))
         steps.append(NemesisStep(_offset(start + interval_s), STOP[kind], dict(tag)))

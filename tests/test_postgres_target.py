@@ -56,17 +56,16 @@ def test_create_table_has_a_bigint_key_and_records_each_columns_type_and_default
         'CREATE TABLE public."t1" (key bigint PRIMARY KEY, "c1" bigint, '
         "\"c2\" bytea NOT NULL DEFAULT '\\x00ff'::bytea)"
     )
-    assert plan.statements[2].endswith(
-        "IS " + "'" + column_meta("VARBINARY(4)", "00ff") + "'"
-    )
+    assert plan.statements[2].endswith("IS " + "'" + column_meta("VARBINARY(4)", "00ff") + "'")
     assert (plan.table, plan.version_change) == ("t1", "create")
 
 
-def test_set_not_null_fills_stored_nulls_with_the_default_first() -> None:
+def test_set_not_null_locks_then_fills_stored_nulls_with_the_default() -> None:
     plan = translate_ddl(
         parse_ddl("ALTER TABLE t ALTER COLUMN c SET NOT NULL"), {"type": "INT32", "default": 5}
     )
     assert plan.statements == (
+        'LOCK TABLE public."t" IN ACCESS EXCLUSIVE MODE',
         'UPDATE public."t" SET "c" = DEFAULT WHERE "c" IS NULL',
         'ALTER TABLE public."t" ALTER COLUMN "c" SET NOT NULL',
     )
@@ -126,7 +125,7 @@ def test_the_column_comment_wins_over_what_postgres_remembers_of_the_type() -> N
 
 def test_remote_apply_makes_every_standby_synchronous_and_async_none() -> None:
     conf = server_config("n1", ["n2", "n3"], {"synchronous_commit": "remote_apply"}, "/s")
-    assert "synchronous_standby_names = 'FIRST 2 (\"n2\", \"n3\")'" in conf
+    assert 'synchronous_standby_names = \'FIRST 2 ("n2", "n3")\'' in conf
     assert "synchronous_commit = remote_apply" in conf
     conf = server_config("n1", ["n2", "n3"], {"synchronous_commit": "async"}, "/s")
     assert "synchronous_standby_names = ''" in conf
@@ -140,8 +139,8 @@ def test_remote_apply_makes_every_standby_synchronous_and_async_none() -> None:
 
 SEED = 11
 CONCURRENCY = 6
-TIME_LIMIT_S = 10.0
-LAG_WINDOWS_S = ((1.5, 5.0), (6.0, 9.0))  # (start, stop) of the lag on the lagging standby
+TIME_LIMIT_S = 12.0
+LAG_WINDOWS_S = ((2.0, 5.0), (7.0, 10.0))  # (start, stop) of the lag on the lagging standby
 WORKLOAD = {
     "tables": 2,
     "max_tables": 3,
@@ -259,7 +258,9 @@ def ddl_ok(run_dir: Path) -> int:
 @pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_async_standbys_with_a_lagging_standby_give_stale_schema_reads(
-    pg_cluster: Any, tmp_path: Path, spark: Any
+    pg_cluster: Any,
+    tmp_path: Path,
+    spark: Any,  # noqa: F811
 ) -> None:
     from checker.analyze import analyze_run
 
@@ -284,13 +285,16 @@ def test_async_standbys_with_a_lagging_standby_give_stale_schema_reads(
 @pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_remote_apply_on_both_standbys_is_valid_under_the_same_lag(
-    pg_cluster: Any, tmp_path: Path, spark: Any
+    pg_cluster: Any,
+    tmp_path: Path,
+    spark: Any,  # noqa: F811
 ) -> None:
     from checker.analyze import analyze_run
 
     run_dir = tmp_path / "remote-apply"
     summary = run_postgres(pg_cluster, run_dir, "remote_apply")
-    assert ddl_ok(run_dir) >= 5, summary
+    # Commits wait for the lagging standby, so fewer DDL get through than with async ones.
+    assert ddl_ok(run_dir) >= 4, summary
     started = time.monotonic()
     results = analyze_run(run_dir, spark=spark)
     print("analyze_s", round(time.monotonic() - started, 1), summary)

@@ -613,7 +613,7 @@ def _random_ddl(m: ClusterModel, t: int, n: int) -> int:
     tbl = tables[table]
     added = [c for c in tbl["columns"] if c["name"].startswith("a")]
     choice = rng.random()
-    if not added or choice < 0.4:
+    if not added or (choice < 0.4 and len(added) < 3):  # at most 3 added columns a table
         col = m.column(f"a{n}", "INT32")
         m.bump(tables, table)["columns"].append(col)
         m.ddl(t, f"ALTER TABLE {table} ADD COLUMN a{n} INT32", table, "add_column", tables)

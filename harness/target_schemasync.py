@@ -430,13 +430,19 @@ def _client_error(e: BaseException, indefinite: frozenset[str]) -> ClientError:
             e.message,
             retriable=bool(e.retriable),
             definite=said if isinstance(said, bool) else e.code not in indefinite,
-            value=value if isinstance(value, dict) else None,
+            value=_reached(value) if isinstance(value, dict) else None,
         )
     if isinstance(e, TimeoutError):
         return ClientError("TIMEOUT", "no reply in time", retriable=True, definite=False)
     if isinstance(e, OSError | EOFError | ConnectionError | asyncio.IncompleteReadError):
         return ClientError("UNAVAILABLE", f"connection lost: {e}", retriable=True, definite=False)
     return ClientError("INTERNAL", f"{type(e).__name__}: {e}", retriable=False, definite=False)
+
+
+def _reached(value: dict[str, Any]) -> dict[str, Any]:
+    """A failed txn's partial value as history.md has it: what the txn reached. An implicit
+    txn that failed before it had an id carries `txn_id: null`; the field is left out."""
+    return {k: v for k, v in value.items() if not (k == "txn_id" and v is None)}
 
 
 class SchemaSyncClient:

@@ -17,7 +17,7 @@ from nemesis.partition import SHAPES, grudge
 KINDS = ("clock", "partition", "lagging-learner", "kill", "pause")
 # kinds only taken when named: `delay` changes DD at runtime (meaningful with `mutable-delay`)
 EXTRA_KINDS = ("delay",)
-CLOCK_MODES = ("skew", "skew-beyond", "bump", "strobe")
+CLOCK_MODES = ("skew", "skew-edge", "skew-beyond", "bump", "strobe")
 # what `clock` / `all` draws from unless `clock_modes` says otherwise: within CSmax, the only
 # skew the design promises to tolerate (skew-beyond is run only when asked for by name)
 DEFAULT_CLOCK_MODES = ("skew", "bump", "strobe")
@@ -82,12 +82,18 @@ def clock_params(
     """Offsets (seconds) per node for one clock fault.
 
     skew: every node within +-CSmax/2, so any two differ by at most CSmax (what the design
-    tolerates); skew-beyond: two groups 1.5-3 CSmax apart; bump: one node jumps within CSmax;
-    strobe: one node flips between 0 and an offset within CSmax every period.
+    tolerates); skew-edge: two seeded groups exactly CSmax apart (the edge of what it
+    tolerates, where a missing round-up shows); skew-beyond: two groups 1.5-3 CSmax apart;
+    bump: one node jumps within CSmax; strobe: one node flips between 0 and an offset within
+    CSmax every period.
     """
     if mode == "skew":
         half = max_skew_s / 2
         return {"mode": mode, "offsets": {n: _offset(rng.uniform(-half, half)) for n in nodes}}
+    if mode == "skew-edge":
+        ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+        half = max_skew_s / 2
+        return {"mode": mode, "offsets": {n: _offset(half if n in ahead else -half) for n in nodes}}
     if mode == "skew-beyond":
         ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
         gap = rng.uniform(1.5, 3.0) * max_skew_s

@@ -21,8 +21,6 @@ import pytest
 from tests.conftest import docker_available, require
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
-pytestmark = [pytest.mark.docker, pytest.mark.spark]
-
 REPO = Path(__file__).resolve().parent.parent
 PARALLEL = 3
 # seconds of workload per case: enough for the scenario's first fault to start and end, and
@@ -36,6 +34,9 @@ TIME_LIMIT_S: dict[str, float] = {
     "baseline": 20.0,
 }
 DEFAULT_TIME_LIMIT_S = 12.0
+# toggles whose anomaly a short run does not provoke reliably: the run must still be clean of
+# anything else (no false positive beside the rare true one)
+RARE = {"hlc-no-round-up"}
 
 
 def _detection() -> Any:
@@ -66,16 +67,93 @@ def matrix(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
     yield {o.case.name: o for o in outcomes}
 
 
+@pytest.mark.docker
+@pytest.mark.spark
 @pytest.mark.parametrize("name", CASES)
 def test_detection(matrix: dict[str, Any], name: str) -> None:
     outcome = matrix[name]
+    where = f"(valid={outcome.valid}, errors={outcome.errors}): {outcome.run_dir}"
     if name == "baseline":
         assert outcome.valid is True, (
-            f"baseline under every nemesis found {outcome.classes} {outcome.errors}: "
-            f"{outcome.run_dir}"
+            f"baseline under every nemesis found {outcome.classes} {where}"
+        )
+        return
+    assert outcome.valid != "unknown", f"{name}: the run was incomplete {where}"
+    if name in RARE:
+        # not provoked reliably (see docs/anomalies.md): what it may produce is only its class
+        assert set(outcome.classes) <= set(outcome.case.expect), (
+            f"{name}: {outcome.classes} {where}"
         )
         return
     assert outcome.detected, (
-        f"{name}: expected {outcome.case.expect}, found {outcome.classes or 'nothing'} "
-        f"(valid={outcome.valid}, errors={outcome.errors}): {outcome.run_dir}"
+        f"{name}: expected {outcome.case.expect[0]}, found {outcome.classes or 'nothing'} {where}"
     )
+
+
+# -- the schedule the matrix relies on: pure, seeded, within the scenario's options ---------
+
+NODES = ["n1", "n2", "n3", "n4", "n5"]
+
+
+def _schedule(kinds: list[str], options: dict[str, Any], seed: int = 3) -> list[Any]:
+    from nemesis.schedule import build_schedule
+
+    return build_schedule(
+        kinds, 2.0, 120.0, seed, NODES, NODES[:3], NODES[3:], max_skew_s=0.5, options=options
+    )
+
+
+def test_schedule_honours_nemesis_options() -> None:
+    opts = {
+        "clock_modes": ["skew"],
+        "lagging_modes": ["inhibit"],
+        "process_targets": ["one"],
+        "partition_shapes": ["halves"],
+    }
+    steps = _schedule(["clock", "lagging-learner", "kill", "pause", "partition"], opts)
+    starts = [s.params for s in steps if s.action.startswith("start-")]
+    assert {p["kind"] for p in starts} == {"clock", "lagging-learner", "kill", "pause", "partition"}
+    for p in starts:
+        if p["kind"] == "clock":
+            assert p["mode"] == "skew"
+            assert max(p["offsets"].values()) - min(p["offsets"].values()) <= 0.5
+        elif p["kind"] == "lagging-learner":
+            assert p["mode"] == "inhibit"
+        elif p["kind"] in ("kill", "pause"):
+            assert p["target"] == "one" and len(p["nodes"]) == 1
+        else:
+            assert p["shape"] == "halves"
+    with pytest.raises(ValueError, match="clock_modes"):
+        _schedule(["clock"], {"clock_modes": ["sundial"]})
+
+
+def test_default_clock_modes_stay_within_csmax() -> None:
+    from nemesis.schedule import parse_kinds
+
+    for seed in range(20):
+        for step in _schedule(parse_kinds("all"), {}, seed):
+            if step.params.get("kind") == "clock" and step.action == "start-clock":
+                assert step.params["mode"] in ("skew", "bump", "strobe")
+    beyond = _schedule(["clock"], {"clock_modes": ["skew-beyond"]})
+    offsets = beyond[0].params["offsets"]
+    assert max(offsets.values()) - min(offsets.values()) > 0.5
+    edge = _schedule(["clock"], {"clock_modes": ["skew-edge"]})[0].params["offsets"]
+    assert max(edge.values()) - min(edge.values()) == pytest.approx(0.5)
+
+
+def test_delay_nemesis_schedule_is_data_that_replays() -> None:
+    import json
+
+    from nemesis.schedule import parse_kinds, schedule_from_json, schedule_to_json
+
+    assert "delay" not in parse_kinds("all") and parse_kinds("all,delay")[-1] == "delay"
+    opts = {"delay_ms": 1000, "delay_values_ms": [1000, 250]}
+    steps = _schedule(["delay"], opts)
+    starts = [s.params for s in steps if s.action == "start-delay"]
+    assert [p["mode"] for p in starts[:4]] == ["all", "split", "all", "split"]
+    assert starts[0]["delays_ms"] == {n: 250 for n in NODES}
+    assert set(starts[1]["delays_ms"].values()) == {250, 1000}
+    assert all(p["restore_ms"] == 1000 for p in starts)
+    assert [s.action for s in steps[:2]] == ["start-delay", "stop-delay"]
+    again = schedule_from_json(json.loads(json.dumps(schedule_to_json(steps))))
+    assert again == _schedule(["delay"], opts)

@@ -211,7 +211,7 @@ class DmlGen(GeneratorBase):
         null_share = self._opts.null_share
         row = {
             c.name: None
-            if c.nullable and null_share and self._rng.random() < null_share
+            if c.nullable and not c.no_nulls and null_share and self._rng.random() < null_share
             else value_for(c.type, seq)
             for c in table.columns
         }

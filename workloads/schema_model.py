@@ -119,6 +119,7 @@ class ColumnModel:
     type: str
     nullable: bool
     default: str | None  # the SQL literal of the default, None = no default
+    no_nulls: bool = False  # a SET NOT NULL is planned: writers stop sending NULL for it
 
 
 @dataclass
@@ -353,6 +354,8 @@ class SchemaModel:
             if table is not None:
                 table.name = new
                 model.tables[new] = table
+            # a dropped index still in the catalog (STOPPING) moves with its table
+            model._ghosts = [(new if tn == t else tn, c, u) for tn, c, u in model._ghosts]
 
         stmt = f"ALTER TABLE {t} RENAME TO {new}"
         return DdlPlan("rename_table", t, stmt, (t, new), apply, new_name=new)
@@ -477,14 +480,21 @@ class SchemaModel:
         return DdlPlan(kind, t, f"ALTER TABLE {t} ALTER COLUMN {c} {text}", (t,), apply)
 
     def _set_not_null(self, rng: random.Random, now_s: float) -> DdlPlan | None:
-        # The catalog fills stored nulls with the default, so SET NOT NULL needs one.
-        return self._column_change(
-            rng,
-            "set_not_null",
-            lambda t, c: c.nullable and c.default is not None,
-            lambda c: "SET NOT NULL",
-            lambda new, old: setattr(new, "nullable", False),
-        )
+        # The catalog does not check stored rows: a read fills a stored null of a NOT NULL
+        # column with its default, which no history can tell from a lost write, and an index
+        # keeps the null it was given (a stale entry). So SET NOT NULL only on a column with a
+        # default that no row written so far holds null in and no index covers; from the plan
+        # on, writers send no NULL for it.
+        def safe(t: TableModel, c: ColumnModel) -> bool:
+            if not c.nullable or c.default is None or c.name in self._indexed(t, now_s):
+                return False
+            return all(row.get(c.name) is not None for row in t.rows.values())
+
+        def change(new: ColumnModel, old: ColumnModel) -> None:
+            new.nullable = False
+            old.no_nulls = True
+
+        return self._column_change(rng, "set_not_null", safe, lambda c: "SET NOT NULL", change)
 
     def _drop_not_null(self, rng: random.Random, now_s: float) -> DdlPlan | None:
         return self._column_change(

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -48,7 +48,7 @@ BASELINE = "scenarios/baseline.toml"
 # a liveness finding, not an anomaly class of the checker: decided from results.json stats
 UNAVAILABILITY = "unavailability"
 # no op succeeded on a restarted node for this long: safe time did not come back with it
-UNAVAILABLE_AFTER_RESTART_S = 2.5
+UNAVAILABLE_AFTER_RESTART_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def scenario_options(
         "no_analyze": True,
     }
     opts = RunOptions(**fields)
-    label = case.name if case.toggles_on else f"{case.name}-off"
+    label = case.name if case.toggles_on or case.name == "baseline" else f"{case.name}-off"
     opts = replace(opts, seed=case.seed, test_name=f"detect-{label}")
     limit = case.time_limit_s if case.time_limit_s is not None else time_limit_s
     if limit is not None:
@@ -148,19 +148,41 @@ def workload_start_ns(events: dict[int, dict[str, Any]]) -> int:
 
 def recovery_after_restart(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """For each node the kill nemesis restarted: seconds from its restart (the `stop-kill`
-    event) to its first successful op, from the checker's unavailability windows
-    (`stats.unavailability`: no op succeeded on that node between from_s and to_s)."""
-    events = _events(run_dir)
+    event, recorded once the node answers its admin API) to its first successful op, from the
+    checker's unavailability windows (`stats.unavailability`: no op succeeded on that node
+    between from_s and to_s). A restart after which the node was killed again, or the workload
+    ended, before any op succeeded there tells nothing and is left out."""
+    events = sorted(_events(run_dir).values(), key=lambda e: int(e["index"]))
     windows = results.get("stats", {}).get("unavailability", [])
+    client_end = max(
+        (
+            int(e["time"])
+            for e in events
+            if e.get("f") in ("txn", "probe") and e["type"] != "invoke"
+        ),
+        default=0,
+    )
+    kills = [
+        (int(e["time"]) / 1e9, set((e.get("value") or {}).get("nodes") or []))
+        for e in events
+        if e.get("process") == "nemesis" and e.get("f") == "start-kill"
+    ]
     out = []
-    for e in events.values():
+    for e in events:
         if e.get("process") != "nemesis" or e.get("f") != "stop-kill":
             continue
         at = int(e["time"]) / 1e9
         for node in (e.get("value") or {}).get("nodes") or []:
+            horizon = min(
+                [k for k, nodes in kills if k > at and node in nodes] + [client_end / 1e9]
+            )
             covering = [w for w in windows if w["node"] == node and w["from_s"] <= at < w["to_s"]]
-            down = max((w["to_s"] - at for w in covering), default=0.0)
-            out.append({"node": node, "restart_s": round(at, 2), "unavailable_s": round(down, 2)})
+            end = max((w["to_s"] for w in covering), default=at)
+            if end >= horizon:
+                continue  # killed again (or the run ended) before it served anything
+            out.append(
+                {"node": node, "restart_s": round(at, 2), "unavailable_s": round(end - at, 2)}
+            )
     return out
 
 
@@ -222,34 +244,42 @@ def run_matrix(
     spark: Any = None,
     log: Any = print,
 ) -> list[Outcome]:
-    """Cluster parts in `parallel` worker processes, then each run analyzed in one session."""
-    from checker.analyze import analyze_run
+    """Cluster parts in `parallel` worker processes; each run analyzed in one Spark session
+    as soon as its cluster part ends. Outcomes in the order of `todo`."""
+    from checker.analyze import AnalyzeOptions, analyze_run
     from checker.session import build_session
 
-    options = [scenario_options(c, store, time_limit_s) for c in todo]
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
-        run_dirs = [Path(d) for d in pool.map(run_cluster_part, options)]
-    log(f"cluster runs: {len(todo)} in {time.monotonic() - t0:.0f} s")
     owned = spark is None
     session = spark if spark is not None else build_session("local[2]", shuffle_partitions=2)
-    outcomes = []
+    t0 = time.monotonic()
+    outcomes: dict[int, Outcome] = {}
     try:
-        for case, run_dir in zip(todo, run_dirs, strict=True):
-            t1 = time.monotonic()
-            results = analyze_run(run_dir, spark=session)
-            outcome = judge(case, run_dir, results)
-            log(
-                f"{case.name:24} seed {case.seed} toggles {'on ' if case.toggles_on else 'off'}"
-                f" valid={outcome.valid!s:7} classes={','.join(outcome.classes) or '-'}"
-                f" detected={outcome.detected} first={outcome.first_witness_s}"
-                f" ({time.monotonic() - t1:.0f} s analysis) {run_dir}"
-            )
-            outcomes.append(outcome)
+        # each run is analyzed as soon as its cluster part ends, while the others still run
+        with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
+            futures = {
+                pool.submit(run_test, scenario_options(c, store, time_limit_s)): n
+                for n, c in enumerate(todo)
+            }
+            for future in as_completed(futures):
+                n = futures[future]
+                case, run_dir = todo[n], Path(future.result().run_dir)
+                t1 = time.monotonic()
+                # statistics only where the verdict needs them (liveness): they cost time
+                opts = AnalyzeOptions(with_stats=UNAVAILABILITY in case.expect)
+                results = analyze_run(run_dir, spark=session, options=opts)
+                outcome = judge(case, run_dir, results)
+                log(
+                    f"{case.name:24} seed {case.seed} toggles "
+                    f"{'on ' if case.toggles_on else 'off'} valid={outcome.valid!s:7} "
+                    f"classes={','.join(outcome.classes) or '-'} detected={outcome.detected} "
+                    f"first={outcome.first_witness_s} ({time.monotonic() - t1:.0f} s analysis,"
+                    f" {time.monotonic() - t0:.0f} s so far) {run_dir}"
+                )
+                outcomes[n] = outcome
     finally:
         if owned:
             session.stop()
-    return outcomes
+    return [outcomes[n] for n in sorted(outcomes)]
 
 
 def table(outcomes: Sequence[Outcome], seeds: int) -> str:

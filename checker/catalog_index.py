@@ -265,7 +265,11 @@ class CatalogIndex:
         new_t = None if new is None else Table.from_json(new, new_name)
         for change in diff_tables(old_t, new_t):
             if not change_compatible(change, self.rename_compatible):
-                return change.describe()
+                text = f"{change.kind} {change.subject}"
+                plain = (str, int, float, bool)
+                if isinstance(change.old, plain) or isinstance(change.new, plain):
+                    text += f" ({change.old!r} -> {change.new!r})"
+                return text
         return "drop_table " + name if new is None else "incompatible change"
 
     def _incompatible_steps_frame(self) -> DataFrame:

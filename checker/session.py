@@ -29,7 +29,9 @@ def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", os.environ.get("CHECKER_DRIVER_MEMORY", "2g"))
-        .config("spark.sql.autoBroadcastJoinThreshold", str(32 * 1024 * 1024))
+        # Only the small catalog frames are broadcast, by explicit hints: an automatic broadcast
+        # of a side estimated small (an exploded final read) ran out of driver memory at 10^6.
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

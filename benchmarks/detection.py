@@ -294,8 +294,10 @@ def table(outcomes: Sequence[Outcome], seeds: int) -> str:
         times = [o.first_witness_s for o in mine if o.detected and o.first_witness_s is not None]
         median = f"{statistics.median(times):.1f}" if times else "-"
         hits = sum(o.detected for o in mine)
+        every = sum(o.all_expected for o in mine)
         lines.append(
-            f"| {name} | {', '.join(mine[0].case.expect)} | {hits}/{len(mine)} | {median} |"
+            f"| {name} | {', '.join(mine[0].case.expect)} | {hits}/{len(mine)}"
+            f" | {every}/{len(mine)} | {median} |"
         )
     off = [o for o in outcomes if not o.case.toggles_on]
     if off:

@@ -152,6 +152,43 @@ class CatalogIndex:
         cond = (F.col(version_col) == F.col("_tv")) & (F.col(table_col) == F.col("_tn"))
         return df.join(F.broadcast(t), cond, "left").drop("_tv", "_tn")
 
+    def with_enlisted_table(self, df: DataFrame, ts_col: str, prefix: str = "t") -> DataFrame:
+        """`df` plus `cv` = cat(ts_col) and `prefix`_id/_sv/_since of the txn's table in it.
+
+        A txn names a table by the name it enlisted it under (at `base_ts`); a later RENAME
+        keeps the table (same id), so the table is found by its id at base_ts. Without a
+        base_ts (or an unknown name there) the name is looked up in cat(ts_col)."""
+        df = self.with_version(df, "base_ts", "_bv")
+        b = self.tables.select(
+            F.col("catalog_version").alias("_btv"),
+            F.col("table").alias("_btn"),
+            F.col("table_id").alias("_bid"),
+        )
+        df = df.join(
+            F.broadcast(b),
+            (F.col("_bv") == F.col("_btv")) & (F.col("table") == F.col("_btn")),
+            "left",
+        ).drop("_btv", "_btn", "_bv", "_bv_activation")
+        df = self.with_table(self.with_version(df, ts_col, "cv"), "cv", "table", "_n")
+        i = self.tables.select(
+            F.col("catalog_version").alias("_itv"),
+            F.col("table_id").alias("_iid"),
+            F.col("schema_version").alias("_i_sv"),
+            F.col("since_ts").alias("_i_since"),
+        )
+        df = df.join(
+            F.broadcast(i),
+            (F.col("cv") == F.col("_itv")) & (F.col("_bid") == F.col("_iid")),
+            "left",
+        )
+        by_id = F.col("_bid").isNotNull()
+        return df.select(
+            "*",
+            F.when(by_id, F.col("_iid")).otherwise(F.col("_n_id")).alias(prefix + "_id"),
+            F.when(by_id, F.col("_i_sv")).otherwise(F.col("_n_sv")).alias(prefix + "_sv"),
+            F.when(by_id, F.col("_i_since")).otherwise(F.col("_n_since")).alias(prefix + "_since"),
+        ).drop("_bid", "_itv", "_iid", "_i_sv", "_i_since", "_n_id", "_n_sv", "_n_since")
+
     # -- frames ---------------------------------------------------------------------------------
     def _versions_frame(self) -> DataFrame:
         rows = [
@@ -220,12 +257,13 @@ class CatalogIndex:
                         scale,
                         bool(c["nullable"]),
                         c.get("default") is not None,
+                        _as_row_text(c.get("default")),
                     )
                 )
         schema = (
             "catalog_version long, table string, table_id long, col_id long, col_name string, "
             "col_type string, base string, length long, prec long, scale long, "
-            "nullable boolean, has_default boolean"
+            "nullable boolean, has_default boolean, default_text string"
         )
         return self.spark.createDataFrame(rows, schema)
 
@@ -280,3 +318,10 @@ class CatalogIndex:
 
 def catalog_json(line: dict[str, Any]) -> str:
     return json.dumps(line, separators=(",", ":"), sort_keys=True)
+
+
+def _as_row_text(value: Any) -> str | None:
+    """A default as a row read as map<string,string> shows it (a string bare, JSON else)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)

@@ -78,6 +78,8 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("table_id").alias("_fct"),
         F.col("col_id").alias("_fcid"),
         F.col("col_name").alias("_fname"),
+        F.col("nullable").alias("_fnullable"),
+        F.col("default_text").alias("_fdefault"),
     )
     present = cand.where((F.col("op") == "w") & F.col("final_row").isNotNull())
     cells = present.select(
@@ -105,7 +107,16 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .withColumn("_fval", F.element_at("_fm", F.col("_fname")))
     )
     mismatched = (
-        cells.where(~same_value(F.col("_cval"), F.col("_fval")))
+        # a null written into a column that is NOT NULL by the final read is read as the
+        # column's default (rows are upgraded to the reader's schema): not a lost write
+        cells.where(
+            ~same_value(F.col("_cval"), F.col("_fval"))
+            & ~(
+                F.col("_cval").isNull()
+                & ~F.col("_fnullable")
+                & same_value(F.col("_fval"), F.col("_fdefault"))
+            )
+        )
         .groupBy("_wid")
         .agg(
             F.min(

@@ -112,6 +112,7 @@ def build_frames(events: DataFrame) -> RunFrames:
             F.col("op.node").alias("op_node"),
             F.col("op.schema_version").alias("op_sv"),
             F.element_at("tables", F.col("op.table")).getField("schema_version").alias("txn_sv"),
+            F.element_at("tables", F.col("op.table")).getField("base_ts").alias("base_ts"),
             # An op succeeded when the txn committed, or the commit was reached (commit_ts set),
             # or a later op ran after it; the last executed op of an aborted txn may have failed.
             (
@@ -130,6 +131,7 @@ def build_frames(events: DataFrame) -> RunFrames:
             "type",
             "txn_id",
             "commit_ts",
+            "tables",
             F.posexplode("participants").alias("ppos", "p"),
         )
         .select(
@@ -142,6 +144,7 @@ def build_frames(events: DataFrame) -> RunFrames:
             F.col("p.table").alias("table"),
             F.col("p.partition").alias("partition"),
             F.col("p.commit_schema_version").alias("commit_sv"),
+            F.element_at("tables", F.col("p.table")).getField("base_ts").alias("base_ts"),
         )
     )
 

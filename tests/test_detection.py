@@ -158,3 +158,102 @@ def test_delay_nemesis_schedule_is_data_that_replays() -> None:
     assert [s.action for s in steps[:2]] == ["start-delay", "stop-delay"]
     again = schedule_from_json(json.loads(json.dumps(schedule_to_json(steps))))
     assert again == _schedule(["delay"], opts)
+
+
+# -- the checker judges what the real runs showed it misjudging (false positives) -------------
+
+MS = 1 << 16  # one millisecond of HLC
+
+
+def _catalog() -> list[dict[str, Any]]:
+    def table(name: str, sv: int, nullable: bool) -> dict[str, Any]:
+        col = {"id": 1, "name": "c1", "type": "INT32", "nullable": nullable, "default": 5}
+        return {name: {"id": 1, "schema_version": sv, "columns": [col], "indexes": []}}
+
+    steps = [
+        ("", {}),
+        ("CREATE TABLE t1 (c1 INT32 DEFAULT 5)", table("t1", 1, True)),
+        ("ALTER TABLE t1 RENAME TO t2", table("t2", 2, True)),
+        ("ALTER TABLE t2 ALTER COLUMN c1 SET NOT NULL", table("t2", 3, False)),
+    ]
+    return [
+        {
+            "catalog_version": v + 1,
+            "activation_ts": v * 1000 * MS,
+            "safe_ts": max(0, v * 1000 - 500) * MS,
+            "delay_ms": 500,
+            "ddl": ddl,
+            "tables": tables,
+        }
+        for v, (ddl, tables) in enumerate(steps)
+    ]
+
+
+def _history(stale_op_version: int, final_c1: int) -> list[dict[str, Any]]:
+    """A null written into t1.c1; a txn that enlisted t1 and whose op after the RENAME to t2
+    failed (the primary found the table, by id, at version 2); c1 then became NOT NULL, so
+    the final read shows the default for the stored null."""
+    w = {"op": "w", "table": "t1", "key": 1, "row": {"c1": None}}
+    r = {"op": "r", "table": "t1", "key": 1}
+    written = {
+        "txn_id": "a",
+        "begin_ts": 1100 * MS,
+        "commit_ts": 1200 * MS,
+        "tables": {"t1": {"base_ts": 1100 * MS, "schema_version": 1}},
+        "ops": [{**w, "op_ts": 1150 * MS, "node": "n1", "schema_version": 1, "result": None}],
+        "participants": [{"node": "n1", "table": "t1", "partition": 0, "commit_schema_version": 1}],
+    }
+    error = {"code": "INCOMPATIBLE_SCHEMA", "message": "t2 is at version 2", "retriable": True}
+    crossed = {
+        "txn_id": "b",
+        "begin_ts": 1500 * MS,
+        "commit_ts": None,
+        "tables": {"t1": {"base_ts": 1500 * MS, "schema_version": 1}},
+        "ops": [
+            {**r, "op_ts": 1600 * MS, "node": "n1", "schema_version": 1, "result": {"c1": None}},
+            {**r, "op_ts": 2500 * MS, "node": "n2", "schema_version": stale_op_version},
+        ],
+        "participants": [],
+    }
+    final = {"table": "t2", "ts": 4000 * MS, "schema_version": 3}
+    rows = [{"key": 1, "row": {"c1": final_c1}}]
+    events: list[dict[str, Any]] = [
+        {"type": "invoke", "process": 0, "f": "txn", "value": {"ops": [w]}},
+        {"type": "ok", "process": 0, "f": "txn", "node": "n1", "value": written},
+        {"type": "invoke", "process": 1, "f": "txn", "value": {"ops": [r, r]}},
+        {"type": "fail", "process": 1, "f": "txn", "node": "n2", "value": crossed, "error": error},
+        {"type": "invoke", "process": 2, "f": "final-read", "value": {"table": "t2", "ts": None}},
+        {
+            "type": "ok",
+            "process": 2,
+            "f": "final-read",
+            "node": "n1",
+            "value": {**final, "rows": rows},
+        },
+    ]
+    return [{"index": i, "time": (i + 1) * 10**9, **e} for i, e in enumerate(events)]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("stale_op_version", "final_c1", "fires"),
+    [(2, 5, set()), (1, 5, {"ap-violation"}), (2, 7, {"lost-write"})],
+)
+def test_checker_follows_a_renamed_table_and_a_null_read_as_default(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+    stale_op_version: int,
+    final_c1: int,
+    fires: set[str],
+) -> None:
+    import json
+
+    from checker.analyze import AnalyzeOptions, analyze_run
+
+    shutil.copy(REPO / "tests/histories/common/run.json", tmp_path / "run.json")
+    lines = {"catalog.jsonl": _catalog(), "history.jsonl": _history(stale_op_version, final_c1)}
+    for name, rows in lines.items():
+        (tmp_path / name).write_text("".join(json.dumps(x) + "\n" for x in rows))
+    results = analyze_run(tmp_path, spark=spark, options=AnalyzeOptions(with_stats=False))
+    assert results["errors"] == []
+    assert {a["class"] for a in results["anomalies"]} == fires, results["anomalies"]

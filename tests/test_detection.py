@@ -90,8 +90,12 @@ def test_detection(matrix: dict[str, Any], name: str) -> None:
             f"{name}: {outcome.classes} {where}"
         )
         return
-    assert outcome.detected, (
-        f"{name}: expected {outcome.case.expect[0]}, found {outcome.classes or 'nothing'} {where}"
+    # any class the toggle is listed with counts (skip-index-states leaves a missing entry
+    # or an orphan depending on which writer raced the index, both are its anomaly)
+    found = set(outcome.classes) & set(outcome.case.expect)
+    assert outcome.detected or found, (
+        f"{name}: expected one of {outcome.case.expect}, found {outcome.classes or 'nothing'} "
+        f"{where}"
     )
 
 

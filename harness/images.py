@@ -262,10 +262,16 @@ def _node_context() -> bytes:
 
 
 def build_node(client: object, base: str, tag: str, progress: Progress) -> None:
-    """The Dockerfile layer on top of the base; streams the builder's output as progress."""
+    """The Dockerfile layer with the project's code on top of the base."""
+    build_layer(client, _node_context(), base, tag, progress)
+
+
+def build_layer(client: object, context: bytes, base: str, tag: str, progress: Progress) -> None:
+    """`docker build` of a tar context whose Dockerfile starts FROM $BASE_IMAGE; streams the
+    builder's output as progress (shared by every image built on a debootstrapped base)."""
     progress(f"docker build {tag}")
     stream: Iterator[dict] = client.api.build(  # type: ignore[attr-defined]
-        fileobj=io.BytesIO(_node_context()),
+        fileobj=io.BytesIO(context),
         custom_context=True,
         tag=tag,
         rm=True,

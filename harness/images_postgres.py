@@ -12,7 +12,6 @@ import io
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from harness.images import (
@@ -26,6 +25,7 @@ from harness.images import (
     _noop,
     _stream_lines,
     apt_mirror,
+    build_layer,
     image_exists,
     remove_rootfs,
 )
@@ -141,23 +141,8 @@ def _pg_context() -> bytes:
 
 
 def build_pg(client: object, base: str, tag: str, progress: Progress) -> None:
-    """The Dockerfile layer on top of the base."""
-    progress(f"docker build {tag}")
-    stream: Iterator[dict] = client.api.build(  # type: ignore[attr-defined]
-        fileobj=io.BytesIO(_pg_context()),
-        custom_context=True,
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        buildargs={"BASE_IMAGE": base},
-        decode=True,
-    )
-    for chunk in stream:
-        if "error" in chunk:
-            raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}")
-        text = str(chunk.get("stream", "")).strip()
-        if text:
-            progress(text)
+    """The Dockerfile layer on top of the PostgreSQL base."""
+    build_layer(client, _pg_context(), base, tag, progress)
 
 
 def ensure_postgres_image(

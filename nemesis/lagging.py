@@ -5,6 +5,9 @@ metastore port), `tbf` lets it through a tiny token bucket (an htb class with a 
 the senders' egress, matching the learner's address and the metastore port; netem is missing
 from the kernels we run on), `inhibit` holds the learner's apply with its admin API
 (Ignite's WatchListenerInhibitor). Applied index and safe time are recorded before and after.
+A target that names modes in `own_lagging_modes` makes a node lag in those modes itself, with
+`lag(node, mode)` / `unlag(node)`: PostgreSQL's clients and its WAL stream share one port, so
+only the target can cut the stream alone (and it holds replay instead of an admin API).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nemesis.context import (
@@ -135,7 +138,10 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
     before = await learner_views(ctx, learners)
     started = time.monotonic()
     errors: dict[str, str]
-    if mode == "drop":
+    if mode in own_lagging_modes(ctx):
+        lag = getattr(ctx.target, "lag")  # noqa: B009  (not part of the Target protocol)
+        errors = await each_in_thread(lambda n: lag(n, mode), learners)
+    elif mode == "drop":
         hosts = {n: ctx.host(n) for n in ctx.cluster.nodes}
         errors = failures(await run_on_each(ctx, drop_commands(learners, hosts, port, ctx.local)))
     elif mode == "tbf":
@@ -159,10 +165,31 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
     return out
 
 
+def own_lagging_modes(ctx: NemesisContext) -> frozenset[str]:
+    """The modes the target does itself (none for schemasync)."""
+    return frozenset(getattr(ctx.target, "own_lagging_modes", ()))
+
+
+async def each_in_thread(fn: Callable[[str], Any], nodes: Sequence[str]) -> dict[str, str]:
+    """A blocking target call per node, in threads at once; the failures, with why."""
+    results = await asyncio.gather(
+        *(asyncio.to_thread(fn, n) for n in nodes), return_exceptions=True
+    )
+    return {
+        n: f"{type(r).__name__}: {r}"
+        for n, r in zip(nodes, results, strict=True)
+        if isinstance(r, BaseException)
+    }
+
+
 def _senders(ctx: NemesisContext, learners: Sequence[str]) -> list[str]:
     """Nodes whose egress is shaped. Locally every node shares `lo`: one shaping suffices."""
     others = [n for n in ctx.cluster.nodes if n not in learners] or list(ctx.cluster.nodes)
     return others[:1] if ctx.local else others
+
+
+async def _nothing() -> dict[str, str]:
+    return {}
 
 
 async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +210,17 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
         if params.get("mode") != "inhibit"
         else learners
     )
-    network, released = await asyncio.gather(
-        run_on_each(ctx, commands), set_inhibit(ctx, held, False)
+    own = own_lagging_modes(ctx)
+    if own:  # the target undoes its own modes; it has no apply inhibitor to release
+        held = []
+    network, released, unlagged = await asyncio.gather(
+        run_on_each(ctx, commands),
+        set_inhibit(ctx, held, False),
+        each_in_thread(getattr(ctx.target, "unlag"), learners) if own else _nothing(),  # noqa: B009
     )
     errors.update(failures(network))
     errors.update(released)
+    errors.update(unlagged)
     ctx.state.inhibited.difference_update(held)
     out["healed_ms"] = round((time.monotonic() - started) * 1000, 1)
     out["after"] = await learner_views(ctx, learners)

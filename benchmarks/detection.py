@@ -59,7 +59,7 @@ class Case:
     scenario: str
     seed: int
     toggles_on: bool
-    expect: tuple[str, ...]
+    expect: tuple[str, ...]  # what the toggle produces; its control must show none of it
     time_limit_s: float | None = None  # None: the run_matrix default, else the scenario's
 
 
@@ -70,10 +70,12 @@ class Outcome:
     valid: Any
     classes: tuple[str, ...]
     anomalies: int
-    detected: bool  # toggle on: its defining class (expect[0]) found; control: valid
+    detected: bool  # toggle on: its defining class (expect[0]) found; control: valid, and
+    # for a liveness toggle every restarted node served again within the threshold
     all_expected: bool  # toggle on: every class of `expect` found
     first_witness_s: float | None
     errors: tuple[str, ...]
+    restart_unavailable_s: tuple[float, ...] = ()  # per restart, liveness toggles only
 
 
 def scenario_options(
@@ -115,7 +117,7 @@ def cases(
         for seed in seeds:
             out.append(Case(toggle, MATRIX[toggle], seed, True, expect))
             if controls:
-                out.append(Case(toggle, MATRIX[toggle], seed, False, ()))
+                out.append(Case(toggle, MATRIX[toggle], seed, False, expect))
     if baseline:
         out.extend(Case("baseline", BASELINE, seed, False, ()) for seed in seeds)
     return out
@@ -150,8 +152,9 @@ def recovery_after_restart(run_dir: Path, results: dict[str, Any]) -> list[dict[
     """For each node the kill nemesis restarted: seconds from its restart (the `stop-kill`
     event, recorded once the node answers its admin API) to its first successful op, from the
     checker's unavailability windows (`stats.unavailability`: no op succeeded on that node
-    between from_s and to_s). A restart after which the node was killed again, or the workload
-    ended, before any op succeeded there tells nothing and is left out."""
+    between from_s and to_s). When the node was killed again, or the workload ended, before any
+    op succeeded there, the time up to that horizon is a lower bound (`at_least`): kept when it
+    already reaches UNAVAILABLE_AFTER_RESTART_S, left out (it tells nothing) when shorter."""
     events = sorted(_events(run_dir).values(), key=lambda e: int(e["index"]))
     windows = results.get("stats", {}).get("unavailability", [])
     client_end = max(
@@ -178,21 +181,28 @@ def recovery_after_restart(run_dir: Path, results: dict[str, Any]) -> list[dict[
             )
             covering = [w for w in windows if w["node"] == node and w["from_s"] <= at < w["to_s"]]
             end = max((w["to_s"] for w in covering), default=at)
-            if end >= horizon:
-                continue  # killed again (or the run ended) before it served anything
+            cut = end >= horizon  # killed again (or the run ended) before it served anything
+            unavailable = min(end, horizon) - at
+            if cut and unavailable < UNAVAILABLE_AFTER_RESTART_S:
+                continue
             out.append(
-                {"node": node, "restart_s": round(at, 2), "unavailable_s": round(end - at, 2)}
+                {
+                    "node": node,
+                    "restart_s": round(at, 2),
+                    "unavailable_s": round(unavailable, 2),
+                    "at_least": cut,
+                }
             )
     return out
 
 
-def unavailability_after_restart(run_dir: Path, results: dict[str, Any]) -> float | None:
+def unavailability_after_restart(run_dir: Path, restarts: Sequence[dict[str, Any]]) -> float | None:
     """Seconds from the workload start to the first time a restarted node had stayed
     unavailable for UNAVAILABLE_AFTER_RESTART_S after its restart (None: it never did)."""
     start = workload_start_ns(_events(run_dir)) / 1e9
     hits = [
         r["restart_s"] + UNAVAILABLE_AFTER_RESTART_S - start
-        for r in recovery_after_restart(run_dir, results)
+        for r in restarts
         if r["unavailable_s"] >= UNAVAILABLE_AFTER_RESTART_S
     ]
     return min(hits) if hits else None
@@ -214,15 +224,18 @@ def judge(case: Case, run_dir: Path, results: dict[str, Any]) -> Outcome:
     # the toggle's defining class is the first of `expect`; the others are reported beside it
     primary = case.expect[0] if case.expect else None
     found = set(classes)
+    restarts: list[dict[str, Any]] = []
     if UNAVAILABILITY in case.expect:
-        unavailable = unavailability_after_restart(run_dir, results)
+        restarts = recovery_after_restart(run_dir, results)
+        unavailable = unavailability_after_restart(run_dir, restarts)
         if unavailable is not None:
             found.add(UNAVAILABILITY)
             first = unavailable if first is None else min(first, unavailable)
     detected = primary is not None and primary in found
     all_found = set(case.expect) <= found
     if not case.toggles_on:
-        detected = results.get("valid") is True
+        # the control of a liveness toggle must also come back at once after every restart
+        detected = results.get("valid") is True and UNAVAILABILITY not in found
     return Outcome(
         case=case,
         run_dir=str(run_dir),
@@ -233,6 +246,7 @@ def judge(case: Case, run_dir: Path, results: dict[str, Any]) -> Outcome:
         all_expected=all_found and case.toggles_on,
         first_witness_s=None if first is None else round(first, 2),
         errors=tuple(results.get("errors", [])),
+        restart_unavailable_s=tuple(r["unavailable_s"] for r in restarts),
     )
 
 
@@ -273,13 +287,22 @@ def run_matrix(
                     f"{'on ' if case.toggles_on else 'off'} valid={outcome.valid!s:7} "
                     f"classes={','.join(outcome.classes) or '-'} detected={outcome.detected} "
                     f"first={outcome.first_witness_s} ({time.monotonic() - t1:.0f} s analysis,"
-                    f" {time.monotonic() - t0:.0f} s so far) {run_dir}"
+                    f" {time.monotonic() - t0:.0f} s so far) {run_dir}" + _restarts_note(outcome)
                 )
                 outcomes[n] = outcome
     finally:
         if owned:
             session.stop()
     return [outcomes[n] for n in sorted(outcomes)]
+
+
+def _restarts_note(outcome: Outcome) -> str:
+    """Seconds each restarted node stayed unavailable (liveness toggles), for the log."""
+    if not outcome.restart_unavailable_s:
+        return ""
+    return " unavailable after restarts: " + ", ".join(
+        f"{s:.1f} s" for s in outcome.restart_unavailable_s
+    )
 
 
 def table(outcomes: Sequence[Outcome], seeds: int) -> str:
@@ -302,12 +325,15 @@ def table(outcomes: Sequence[Outcome], seeds: int) -> str:
     off = [o for o in outcomes if not o.case.toggles_on]
     if off:
         lines.append("")
-        lines.append("| control (toggles off) | runs | valid | anomalies |")
-        lines.append("| --- | --- | --- | --- |")
+        lines.append("| control (toggles off) | runs | valid | anomalies | clean |")
+        lines.append("| --- | --- | --- | --- | --- |")
         for name in dict.fromkeys(o.case.name for o in off):
             mine = [o for o in off if o.case.name == name]
             ok = sum(o.valid is True for o in mine)
-            lines.append(f"| {name} | {len(mine)} | {ok} | {sum(o.anomalies for o in mine)} |")
+            clean = sum(o.detected for o in mine)
+            lines.append(
+                f"| {name} | {len(mine)} | {ok} | {sum(o.anomalies for o in mine)} | {clean} |"
+            )
     return "\n".join(lines)
 
 

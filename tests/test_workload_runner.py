@@ -13,9 +13,9 @@ import pytest
 
 from harness.target import ClientError, TargetClient
 from tests.test_history_recorder import check_contract
-from workloads import build_generator
+from workloads import build_generator, runner
 from workloads.final import final_reads, tables_and_indexes
-from workloads.generator import FnGen, Op, Reserve
+from workloads.generator import DONE, FnGen, NextOp, Op, Reserve
 from workloads.history import HistoryRecorder, read_history
 from workloads.runner import run_clients
 
@@ -137,6 +137,56 @@ def test_a_dead_node_fails_over_and_a_hinted_op_to_it_fails_definitely(tmp_path:
 
 def ddl_value() -> dict:
     return {"stmt": "CREATE TABLE t1 (c1 INT64)", "table": "t1", "kind": "create_table"}
+
+
+class AckThenProbe:
+    """Worker 0 runs one DDL; worker 1 has nothing to do until it has seen that DDL acked,
+    then probes once (the read-your-DDL probe of workloads.probes)."""
+
+    def __init__(self) -> None:
+        self.acked = False
+        self.probed = False
+        self.ddl_sent = False
+
+    def next_op(self, process: int, now_s: float) -> NextOp:
+        if process % 2 == 0:
+            if self.ddl_sent:
+                return DONE if self.acked else None
+            self.ddl_sent = True
+            return Op(process, "ddl", ddl_value())
+        if self.probed:
+            return DONE
+        if not self.acked:
+            return None
+        self.probed = True
+        return Op(process, "probe", {"table": "t1", "ts": None})
+
+    def observe(self, op: Op, completion: dict) -> None:
+        if op.f == "ddl" and completion["type"] == "ok":
+            self.acked = True
+
+
+def test_an_idle_worker_takes_the_work_a_completion_made_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class SlowAck(ScriptedClient):
+        async def ddl(self, value: dict[str, Any]) -> dict[str, Any]:
+            await asyncio.sleep(0.05)  # worker 1 has gone idle by the time the ack arrives
+            return await super().ddl(value)
+
+    async def open_client(node: str) -> TargetClient:
+        return SlowAck(node, random.Random(0), [])
+
+    # An idle worker left to its own sleep would probe half a second or more after the ack.
+    monkeypatch.setattr(runner, "IDLE_SLEEP_S", 0.5)
+    rec = HistoryRecorder(tmp_path / "history.jsonl")
+    asyncio.run(run_clients(AckThenProbe(), open_client, ["n1"], rec, 10, 2, 0))
+    rec.close()
+    events = read_history(tmp_path / "history.jsonl")
+    check_contract(events)
+    ack = next(e for e in events if e["f"] == "ddl" and e["type"] == "ok")
+    probe = next(e for e in events if e["f"] == "probe" and e["type"] == "invoke")
+    assert 0 <= probe["time"] - ack["time"] < 0.1e9, (ack, probe)
 
 
 def test_cancelling_the_run_records_info_for_ops_in_flight(tmp_path: Path) -> None:

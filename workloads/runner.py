@@ -6,11 +6,14 @@ records exactly one completion: `ok`, `fail` (the node refused: certainly no eff
 (timeout, lost connection, anything unknown). After an `info` the worker continues as a fresh
 process `p + concurrency` with a fresh client, so no process ever invokes after `info`. Workers
 are spread over the nodes; an op with a `node_hint` (a probe) goes to that node instead.
+A worker with nothing to do sleeps until the next completion (which can give the generator new
+work at once: the probes right after a DDL ack) or a few milliseconds, whichever comes first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -71,6 +74,25 @@ class RunStats:
         }
 
 
+class _Wakeup:
+    """Wakes the idle workers when an op completes: a completion fed back to the generator is
+    what gives it new work at once (read-your-DDL probes must follow their ack by far less
+    than an idle sleep)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()  # the next idle worker waits for the next completion
+
+    async def idle(self, timeout_s: float) -> None:
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+
+
 class _Worker:
     """One worker thread: its current process id, its home node, its open clients."""
 
@@ -111,6 +133,7 @@ async def run_clients(
     start = time.monotonic()
     deadline = start + time_limit_s
     stopping = stop if stop is not None else asyncio.Event()
+    wakeup = _Wakeup()
     last_progress = [0.0]
 
     def report() -> None:
@@ -129,12 +152,13 @@ async def run_clients(
                 if op == DONE:
                     return
                 if op is None:
-                    await asyncio.sleep(IDLE_SLEEP_S * (1.0 + jitter.random()))
+                    await wakeup.idle(IDLE_SLEEP_S * (1.0 + jitter.random()))
                     continue
                 assert isinstance(op, Op)
                 if op.process != worker.process:
                     raise RuntimeError(f"generator gave process {op.process} to {worker.process}")
                 await _perform(worker, op, open_client, recorder, generator, timeouts, stats)
+                wakeup.notify()
                 report()
                 await asyncio.sleep(0)  # a client that answers at once must not starve the rest
         finally:

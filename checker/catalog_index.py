@@ -103,9 +103,16 @@ class CatalogIndex:
     """catalog.jsonl in the driver plus the frames the checks join with."""
 
     def __init__(
-        self, spark: SparkSession, lines: Sequence[dict[str, Any]], rename_compatible: bool
+        self,
+        spark: SparkSession,
+        lines: Sequence[dict[str, Any]],
+        rename_compatible: bool,
+        clock: str = "hlc",
     ) -> None:
         self.spark = spark
+        # "hlc": every *_ts is comparable with activation_ts; "none": they are opaque, and a
+        # clock-free check places an observation by the schema version it reported
+        self.clock = clock
         self.lines = sorted(lines, key=lambda d: int(d["catalog_version"]))
         self.by_version = {int(d["catalog_version"]): d for d in self.lines}
         self.rename_compatible = rename_compatible
@@ -115,6 +122,24 @@ class CatalogIndex:
         self.columns = self._columns_frame()
         self.indexes = self._indexes_frame()
         self.incompatible_steps = self._incompatible_steps_frame()
+        # (id of the input, ts column, prefix) -> (the input, kept alive so its id stays its
+        # own, and the persisted result)
+        self._enlisted: dict[tuple[int, str, str], tuple[DataFrame, DataFrame]] = {}
+
+    def release(self) -> None:
+        """Drop the frames `enlisted` persisted."""
+        for _, df in self._enlisted.values():
+            df.unpersist()
+        self._enlisted.clear()
+
+    def enlisted(self, df: DataFrame, ts_col: str, prefix: str = "t") -> DataFrame:
+        """`with_enlisted_table`, computed once per frame and persisted: several checks ask
+        the same question of the same ops (ap-violation and transborder-op) or participants
+        (ap-violation and mixed-schema-commit); `release` frees them."""
+        key = (id(df), ts_col, prefix)
+        if key not in self._enlisted:
+            self._enlisted[key] = (df, self.with_enlisted_table(df, ts_col, prefix).persist())
+        return self._enlisted[key][1]
 
     # -- floor lookup: cat(ts) --------------------------------------------------------------
     def _floor_lookup(self) -> IntervalLookup:
@@ -151,6 +176,19 @@ class CatalogIndex:
         )
         cond = (F.col(version_col) == F.col("_tv")) & (F.col(table_col) == F.col("_tn"))
         return df.join(F.broadcast(t), cond, "left").drop("_tv", "_tn")
+
+    def with_reported_version(
+        self, df: DataFrame, table_col: str, sv_col: str, out: str
+    ) -> DataFrame:
+        """`df` plus `out` = a catalog version in which table `table_col` has schema version
+        `sv_col`: the clock-free stand-in for cat(ts). Every DDL on a table bumps its schema
+        version, so all such catalog versions hold the same table; if a dropped table's name
+        came back with a version it had before, the newest incarnation is taken."""
+        holders = self.tables.groupBy(
+            F.col("table").alias("_rt"), F.col("schema_version").alias("_rsv")
+        ).agg(F.max("catalog_version").alias(out))
+        cond = (F.col(table_col) == F.col("_rt")) & (F.col(sv_col) == F.col("_rsv"))
+        return df.join(F.broadcast(holders), cond, "left").drop("_rt", "_rsv")
 
     def with_enlisted_table(self, df: DataFrame, ts_col: str, prefix: str = "t") -> DataFrame:
         """`df` plus `cv` = cat(ts_col) and `prefix`_id/_sv/_since of the txn's table in it.

@@ -20,7 +20,8 @@ INT64 = (-(2**63), 2**63 - 1)
 
 
 def observed_rows(frames: RunFrames) -> DataFrame:
-    """(index, node, source, table, key, ts, row_json) of every row a read returned."""
+    """(index, node, source, table, key, ts, sv, row_json) of every row a read returned; `sv` is
+    the schema version the read reported (what a clock-free run places it by)."""
     reads = frames.ops.where(
         (F.col("op") == "r") & F.col("result").isNotNull() & F.col("result").startswith("{")
     ).select(
@@ -30,10 +31,11 @@ def observed_rows(frames: RunFrames) -> DataFrame:
         "table",
         "key",
         F.col("op_ts").alias("ts"),
+        F.col("op_sv").alias("sv_reported"),
         F.col("result").alias("row_json"),
     )
     final = frames.table_reads.select(
-        "index", "node", "table", "ts", F.explode("rows").alias("r")
+        "index", "node", "table", "ts", "read_sv", F.explode("rows").alias("r")
     ).select(
         "index",
         "node",
@@ -41,6 +43,7 @@ def observed_rows(frames: RunFrames) -> DataFrame:
         "table",
         F.col("r.key").alias("key"),
         "ts",
+        F.col("read_sv").alias("sv_reported"),
         F.col("r.row").alias("row_json"),
     )
     return reads.unionByName(final)
@@ -84,8 +87,14 @@ def _value_ok(v: Column) -> Column:
 
 def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Rows with a value in a column the schema lacks, a null in a NOT NULL column, a value
-    outside its type, or a missing column that has a default."""
-    rows = cat.with_version(observed_rows(frames), "ts", "cv")
+    outside its type, or a missing column that has a default.
+
+    The schema of a row is the one active at its timestamp; on a clock-free run, the one of the
+    schema version its read reported (the read's own claim, held against the catalog)."""
+    if cat.clock == "none":
+        rows = cat.with_reported_version(observed_rows(frames), "table", "sv_reported", "cv")
+    else:
+        rows = cat.with_version(observed_rows(frames), "ts", "cv")
     tables = cat.tables.select(
         F.col("catalog_version").alias("_tv"),
         F.col("table").alias("_tn"),
@@ -184,7 +193,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("row_json"),
         ", which does not conform to schema version ",
         txt("sv"),
-        " active then: ",
+        " it reported: " if cat.clock == "none" else " active then: ",
         F.array_join("problems", "; "),
     )
     return anomalies(bad, "schema-conformance", ["index"], ["node"], text)

@@ -21,14 +21,19 @@ def same_value(a: Column, b: Column) -> Column:
 
 
 def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-    """The last committed write of each key whose effect the final read does not show."""
+    """The last committed write of each key whose effect the final read does not show.
+
+    With comparable timestamps the last write is the one with the greatest commit_ts. On a
+    clock-free run it is decided by real time, as Jepsen does: any acknowledged write that no
+    other write of the key was invoked after could be the last, and the key is lost only if
+    the final read matches none of them."""
     writes = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
-    writes = cat.with_table(cat.with_version(writes, "op_ts", "wv"), "wv", "table", "w")
-    writes = writes.where(F.col("w_id").isNotNull())
-    w = Window.partitionBy("w_id", "key").orderBy(
-        F.col("commit_ts").desc(), F.col("index").desc(), F.col("pos").desc()
-    )
-    last = writes.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1)
+    if cat.clock == "none":
+        writes = cat.with_reported_version(writes, "table", "txn_sv", "wv")
+    else:
+        writes = cat.with_version(writes, "op_ts", "wv")
+    writes = cat.with_table(writes, "wv", "table", "w").where(F.col("w_id").isNotNull())
+    last = _last_writes(writes, clock_free=cat.clock == "none")
 
     # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
     maybe = (
@@ -40,7 +45,11 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     last = last.join(maybe, ["table", "key"], "left_anti")
 
-    reads = cat.with_table(cat.with_version(frames.table_reads, "ts", "fv"), "fv", "table", "f")
+    if cat.clock == "none":
+        reads = cat.with_reported_version(frames.table_reads, "table", "read_sv", "fv")
+    else:
+        reads = cat.with_version(frames.table_reads, "ts", "fv")
+    reads = cat.with_table(reads, "fv", "table", "f")
     latest = Window.partitionBy("f_id").orderBy(F.col("index").desc())
     reads = (
         reads.where(F.col("f_id").isNotNull())
@@ -51,6 +60,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("f_id"),
         F.col("fv"),
         F.col("index").alias("read_index"),
+        F.col("invoke_index").alias("read_invoke"),
         F.col("node").alias("read_node"),
         F.col("ts").alias("read_ts"),
         F.col("table").alias("read_table"),
@@ -59,9 +69,12 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         "_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row")
     )
 
-    cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(
-        F.col("commit_ts") < F.col("read_ts")
+    after = (
+        F.col("index") < F.col("read_invoke")
+        if cat.clock == "none"
+        else F.col("commit_ts") < F.col("read_ts")
     )
+    cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(after)
     cand = cand.join(
         read_rows, (F.col("_rf") == F.col("f_id")) & (F.col("_rk") == F.col("key")), "left"
     ).withColumn("_wid", F.monotonically_increasing_id())
@@ -131,9 +144,19 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         )
     )
     cand = cand.join(mismatched, "_wid", "left")
-    lost = cand.where(
-        ((F.col("op") == "d") & F.col("final_row").isNotNull())
-        | ((F.col("op") == "w") & (F.col("final_row").isNull() | F.col("diff").isNotNull()))
+    missed = ((F.col("op") == "d") & F.col("final_row").isNotNull()) | (
+        (F.col("op") == "w") & (F.col("final_row").isNull() | F.col("diff").isNotNull())
+    )
+    # a key is lost when the final read shows none of its possibly-last writes (one with a
+    # clock); the witness is the one that completed last
+    per_key = Window.partitionBy("w_id", "key")
+    lost = (
+        cand.withColumn("_missed", missed)
+        .withColumn("_shown", F.max((~F.col("_missed")).cast("int")).over(per_key))
+        .withColumn(
+            "_rn", F.row_number().over(per_key.orderBy(F.col("index").desc(), F.col("pos").desc()))
+        )
+        .where(F.col("_missed") & (F.col("_shown") == 0) & (F.col("_rn") == 1))
     )
     effect = (
         F.when(
@@ -153,7 +176,9 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.when(F.col("op") == "w", sentence(" = ", txt("row"))).otherwise(F.lit("")),
         " and committed at ",
         ts("commit_ts"),
-        " (acknowledged, and no later write of that key committed); final read #",
+        " (acknowledged, and no write of that key was invoked after it completed); final read #"
+        if cat.clock == "none"
+        else " (acknowledged, and no later write of that key committed); final read #",
         txt("read_index"),
         " of ",
         F.col("read_table"),
@@ -165,6 +190,26 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         effect,
     )
     return anomalies(lost, "lost-write", ["index", "read_index"], ["op_node", "read_node"], text)
+
+
+def _last_writes(writes: DataFrame, clock_free: bool) -> DataFrame:
+    """The writes of each (table id, key) that may hold the final effect: the one with the
+    greatest commit_ts, or (clock-free) every txn's last write of the key that completed after
+    the last invoke of any write of it (no write began after it ended)."""
+    if not clock_free:
+        w = Window.partitionBy("w_id", "key").orderBy(
+            F.col("commit_ts").desc(), F.col("index").desc(), F.col("pos").desc()
+        )
+        return writes.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1)
+    in_txn = Window.partitionBy("w_id", "key", "index").orderBy(F.col("pos").desc())
+    per_key = Window.partitionBy("w_id", "key")
+    return (
+        writes.withColumn("_rn", F.row_number().over(in_txn))
+        .where(F.col("_rn") == 1)
+        .withColumn("_last_invoke", F.max("invoke_time").over(per_key))
+        .where(F.col("time") >= F.col("_last_invoke"))
+        .drop("_last_invoke")
+    )
 
 
 def _norm(c: Column) -> Column:

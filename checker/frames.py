@@ -93,6 +93,8 @@ def build_frames(events: DataFrame) -> RunFrames:
             "commit_ts",
             "tables",
             "last_exec",
+            "time",
+            "invoke_time",
             F.posexplode("ops").alias("pos", "op"),
         )
         .where(F.col("op.op_ts").isNotNull())
@@ -101,6 +103,8 @@ def build_frames(events: DataFrame) -> RunFrames:
             "type",
             "txn_id",
             "commit_ts",
+            "time",
+            "invoke_time",
             "pos",
             F.col("op.op").alias("op"),
             F.col("op.table").alias("table"),
@@ -202,6 +206,7 @@ def build_frames(events: DataFrame) -> RunFrames:
     reads = completions.where((F.col("f") == "final-read") & (F.col("type") == "ok"))
     table_reads = reads.where(F.col("value.index").isNull()).select(
         "index",
+        "invoke_index",
         "node",
         F.col("value.table").alias("table"),
         F.col("value.ts").alias("ts"),

@@ -1,0 +1,116 @@
+"""The real-time checks on a run without comparable timestamps (`"clock": "none"`, as the
+PostgreSQL target writes): lost-write and schema-conformance still judge, by real time and by the
+schema version each read reported, while the timestamp checks are not applicable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from checker.analyze import AnalyzeOptions, analyze_run
+from checker.synth import generate_run
+from tests.spark_session import spark  # noqa: F401  (session fixture)
+from tests.test_checker_classes import HISTORIES, make_run, witnesses
+
+FAST = AnalyzeOptions(with_stats=False)
+MS = 1 << 16  # one millisecond of HLC
+
+
+def clock_none(run: Path) -> Path:
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, "clock": "none"}))
+    return run
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", ["lost-write", "schema-conformance"])
+def test_clock_free_checks_find_the_same_witnesses(
+    case: str,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    expect = json.loads((HISTORIES / case / "expect.json").read_text())["fires"]
+    results = analyze_run(clock_none(make_run(case, tmp_path / case)), spark=spark, options=FAST)
+    assert case not in results["not_applicable"]
+    assert {"ap-violation", "transborder-op", "mixed-schema-commit"} <= set(
+        results["not_applicable"]
+    )
+    assert {a["class"] for a in results["anomalies"]} == {case}, results["anomalies"]
+    assert witnesses(results, case) == sorted(sorted(e) for e in expect[case])
+
+
+def _txn(process: int, name: str, commit_ms: int, c1: int) -> tuple[dict[str, Any], ...]:
+    """The invoke and ok events (index and time unset) of a one-write txn on key 7."""
+    row = {"c1": c1, "c2": "a"}
+    op = {"op": "w", "table": "t1", "key": 7, "row": row}
+    ts = commit_ms * MS
+    done = {
+        **op,
+        "op_ts": ts - MS,
+        "node": "n1",
+        "schema_version": 2,
+        "result": None,
+    }
+    return (
+        {"type": "invoke", "process": process, "f": "txn", "value": {"ops": [op]}},
+        {"type": "ok", "process": process, "f": "txn",
+         "node": "n1", "value": {
+             "txn_id": name, "begin_ts": ts - 2 * MS, "commit_ts": ts, "ops": [done],
+             "tables": {"t1": {"base_ts": ts - 2 * MS, "schema_version": 2}},
+             "participants": [
+                 {"node": "n1", "table": "t1", "partition": 0, "commit_schema_version": 2}
+             ]}},
+    )  # fmt: skip
+
+
+def _concurrent_writes(run: Path, final_c1: int) -> Path:
+    """Two writes of one key overlapping in real time: a is invoked first and acknowledged
+    last, b commits after a (commit_ts 2400 ms against 2300 ms)."""
+    a_invoke, a_ok = _txn(0, "a", 2300, 1)
+    b_invoke, b_ok = _txn(1, "b", 2400, 2)
+    timed = [(2200, a_invoke), (2250, b_invoke), (2500, b_ok), (2600, a_ok)]
+    events = [{"index": i, "time": ms * 10**6, **e} for i, (ms, e) in enumerate(timed)]
+    final = {"table": "t1", "ts": 2900 * MS, "schema_version": 2,
+             "rows": [{"key": 7, "row": {"c1": final_c1, "c2": "a"}}]}  # fmt: skip
+    events += [
+        {"index": 4, "time": 2700 * 10**6, "type": "invoke", "process": 9, "f": "final-read",
+         "value": {"table": "t1"}},
+        {"index": 5, "time": 2710 * 10**6, "type": "ok", "process": 9, "f": "final-read",
+         "node": "n2", "value": final},
+    ]  # fmt: skip
+    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return run
+
+
+@pytest.mark.spark
+def test_concurrent_writes_either_may_be_last_without_a_clock(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    # The final read shows a, which committed first: with HLC commit order that is b's write
+    # lost; without a clock the two overlapped in real time, so either may be last.
+    hlc = _concurrent_writes(make_run("lost-write", tmp_path / "hlc"), final_c1=1)
+    found = analyze_run(hlc, spark=spark, options=FAST)
+    assert witnesses(found, "lost-write") == [[2, 5]], found["anomalies"]
+    free = clock_none(_concurrent_writes(make_run("lost-write", tmp_path / "free"), final_c1=1))
+    assert analyze_run(free, spark=spark, options=FAST)["valid"] is True
+    # neither write shown: lost either way, witnessed by the write that completed last
+    gone = clock_none(_concurrent_writes(make_run("lost-write", tmp_path / "gone"), final_c1=3))
+    results = analyze_run(gone, spark=spark, options=FAST)
+    assert witnesses(results, "lost-write") == [[3, 5]], results["anomalies"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fault", [None, "lost-write", "schema-conformance"])
+def test_model_histories_without_a_clock(
+    fault: str | None,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    generate_run(tmp_path, seed=7, events=250, fault=fault, clock="none")
+    results = analyze_run(tmp_path, spark=spark, options=FAST)
+    assert {a["class"] for a in results["anomalies"]} == ({fault} if fault else set())

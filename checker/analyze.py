@@ -166,7 +166,6 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
             stats.update(compute_stats(frames, run, ack_lookup(frames, cat), options.stats))
     finally:
         release(frames)
-        cat.release()
         for key, value in restore.items():
             if value is None:
                 spark.conf.unset(key)

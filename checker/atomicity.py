@@ -59,7 +59,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     a = anomalies(bad_probes, "ap-violation", ["index"], ["node"], probe_text)
 
-    ops = cat.enlisted(frames.ops, "op_ts").where(F.col("op_sv").isNotNull())
+    ops = cat.with_enlisted_table(frames.ops.where(F.col("op_sv").isNotNull()), "op_ts")
     bad_ops = ops.where(~F.col("op_sv").eqNullSafe(F.col("t_sv")))
     op_text = sentence(
         "txn ",
@@ -81,7 +81,8 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     b = anomalies(bad_ops, "ap-violation", ["index"], ["op_node"], op_text)
 
-    parts = cat.enlisted(frames.participants, "commit_ts").where(F.col("commit_sv").isNotNull())
+    parts = frames.participants.where(F.col("commit_sv").isNotNull())
+    parts = cat.with_enlisted_table(parts, "commit_ts")
     bad_parts = parts.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv")))
     part_text = sentence(
         "participant ",
@@ -105,7 +106,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
 def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Committed txns whose participants report different versions of one table, or not tsv."""
-    parts = cat.enlisted(frames.participants, "commit_ts").where(F.col("type") == "ok")
+    parts = cat.with_enlisted_table(frames.participants.where(F.col("type") == "ok"), "commit_ts")
     grouped = parts.groupBy("index", "txn_id", "table", "commit_ts", "t_sv", "t_since").agg(
         F.array_sort(F.collect_set("commit_sv")).alias("versions"),
         F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
@@ -136,7 +137,8 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
 def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Ops that succeeded although tsv(t, op_ts) differs from the txn's I for t."""
-    ops = cat.enlisted(frames.ops, "op_ts").where(F.col("succeeded") & F.col("txn_sv").isNotNull())
+    ops = frames.ops.where(F.col("succeeded") & F.col("txn_sv").isNotNull())
+    ops = cat.with_enlisted_table(ops, "op_ts")
     bad = ops.where(~F.col("txn_sv").eqNullSafe(F.col("t_sv")))
     text = sentence(
         "txn ",

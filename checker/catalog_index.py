@@ -122,24 +122,6 @@ class CatalogIndex:
         self.columns = self._columns_frame()
         self.indexes = self._indexes_frame()
         self.incompatible_steps = self._incompatible_steps_frame()
-        # (id of the input, ts column, prefix) -> (the input, kept alive so its id stays its
-        # own, and the persisted result)
-        self._enlisted: dict[tuple[int, str, str], tuple[DataFrame, DataFrame]] = {}
-
-    def release(self) -> None:
-        """Drop the frames `enlisted` persisted."""
-        for _, df in self._enlisted.values():
-            df.unpersist()
-        self._enlisted.clear()
-
-    def enlisted(self, df: DataFrame, ts_col: str, prefix: str = "t") -> DataFrame:
-        """`with_enlisted_table`, computed once per frame and persisted: several checks ask
-        the same question of the same ops (ap-violation and transborder-op) or participants
-        (ap-violation and mixed-schema-commit); `release` frees them."""
-        key = (id(df), ts_col, prefix)
-        if key not in self._enlisted:
-            self._enlisted[key] = (df, self.with_enlisted_table(df, ts_col, prefix).persist())
-        return self._enlisted[key][1]
 
     # -- floor lookup: cat(ts) --------------------------------------------------------------
     def _floor_lookup(self) -> IntervalLookup:

@@ -3,8 +3,10 @@ schedule of partition, lagging standby (WAL stream slowed or cut), kill and paus
 nemesis runner, heal-all, final reads, teardown, then the checker.
 
 Shortened to fit CI (20 s, a fault every other 2.5 s, so each of the four kinds runs once):
-asynchronous standbys must be caught at stale-schema-read, `remote_apply` must stay valid under
-the very same schedule, and neither may leave a rule, a qdisc or a container behind.
+asynchronous standbys must be caught at stale-schema-read, `remote_apply` must give no stale
+read under the very same schedule, and neither may leave a rule, a qdisc or a container behind.
+Both may show schema-conformance, and only as PostgreSQL's reads on a schema newer than their
+snapshot's (tests/postgres_findings.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from harness.run import RunOptions, run_test
+from tests.postgres_findings import unexplained_conformance
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from workloads.history import read_history
 from workloads.scenario import load_scenario
@@ -124,7 +127,7 @@ def acknowledged_ddl(run_dir: Path) -> int:
     return sum(1 for e in history if e["f"] == "ddl" and e["type"] == "ok")
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_async_standbys_under_every_fault_give_stale_schema_reads_and_heal_clean(
     tmp_path: Path,
     spark: Any,  # noqa: F811
@@ -134,7 +137,8 @@ def test_async_standbys_under_every_fault_give_stale_schema_reads_and_heal_clean
     stale = [a for a in results["anomalies"] if a["class"] == "stale-schema-read"]
     print(f"stale-schema-read {len(stale)}, ddl ok {acknowledged_ddl(run_dir)}")
     assert stale, results["errors"]
-    assert {a["class"] for a in results["anomalies"]} == {"stale-schema-read"}
+    assert {a["class"] for a in results["anomalies"]} <= {"stale-schema-read", "schema-conformance"}
+    assert unexplained_conformance(run_dir, results) == []
     assert {n for a in stale for n in a["nodes"]} <= {"n2", "n3"}  # only standbys answer stale
     # the standbys the partition and the slowed stream held back are caught while held back
     for kind in ("partition", "lagging-learner"):
@@ -143,8 +147,8 @@ def test_async_standbys_under_every_fault_give_stale_schema_reads_and_heal_clean
         assert during, kind
 
 
-@pytest.mark.timeout(150)
-def test_remote_apply_stays_valid_under_the_same_faults_and_heals_clean(
+@pytest.mark.timeout(300)
+def test_remote_apply_gives_no_stale_read_under_the_same_faults_and_heals_clean(
     tmp_path: Path,
     spark: Any,  # noqa: F811
 ) -> None:
@@ -152,4 +156,7 @@ def test_remote_apply_stays_valid_under_the_same_faults_and_heals_clean(
     assert_every_fault_ran_and_healed(run_dir)
     print(f"ddl ok {acknowledged_ddl(run_dir)}")
     assert acknowledged_ddl(run_dir) >= 4
-    assert results["valid"] is True, results["anomalies"][:5] or results["errors"]
+    assert results["valid"] != "unknown", results["errors"]
+    found = {a["class"] for a in results["anomalies"]}
+    assert found <= {"schema-conformance"}, results["anomalies"][:5]
+    assert unexplained_conformance(run_dir, results) == []

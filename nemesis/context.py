@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -89,6 +89,18 @@ async def run_on_each(
         *(run_on(ctx, n, commands[n], check) for n in nodes), return_exceptions=True
     )
     return dict(zip(nodes, results, strict=True))
+
+
+async def each_in_thread(fn: Callable[[str], Any], nodes: Sequence[str]) -> dict[str, str]:
+    """A blocking target call per node, in threads at once; the failures, with why."""
+    results = await asyncio.gather(
+        *(asyncio.to_thread(fn, n) for n in nodes), return_exceptions=True
+    )
+    return {
+        n: f"{type(r).__name__}: {r}"
+        for n, r in zip(nodes, results, strict=True)
+        if isinstance(r, BaseException)
+    }
 
 
 def failures(results: dict[str, CommandResult | BaseException]) -> dict[str, str]:

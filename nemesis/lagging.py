@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from nemesis.context import (
     STATUS_TIMEOUT_S,
     NemesisContext,
+    each_in_thread,
     failures,
     run_on_each,
     statuses,
@@ -168,18 +169,6 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
 def own_lagging_modes(ctx: NemesisContext) -> frozenset[str]:
     """The modes the target does itself (none for schemasync)."""
     return frozenset(getattr(ctx.target, "own_lagging_modes", ()))
-
-
-async def each_in_thread(fn: Callable[[str], Any], nodes: Sequence[str]) -> dict[str, str]:
-    """A blocking target call per node, in threads at once; the failures, with why."""
-    results = await asyncio.gather(
-        *(asyncio.to_thread(fn, n) for n in nodes), return_exceptions=True
-    )
-    return {
-        n: f"{type(r).__name__}: {r}"
-        for n, r in zip(nodes, results, strict=True)
-        if isinstance(r, BaseException)
-    }
 
 
 def _senders(ctx: NemesisContext, learners: Sequence[str]) -> list[str]:

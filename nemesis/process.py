@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from nemesis.context import NemesisContext, leader_of, metastore_leader, statuses
+from nemesis.context import (
+    NemesisContext,
+    each_in_thread,
+    leader_of,
+    metastore_leader,
+    statuses,
+)
 
 RESTART_WAIT_S = 10.0
 
@@ -24,23 +30,11 @@ async def resolve_targets(
     return ([leader] if leader else []), {"leader": leader}
 
 
-async def _each(fn: Callable[[str], None], nodes: Sequence[str]) -> dict[str, str]:
-    """A blocking Target call per node, in threads at once; the failures, with why."""
-    results = await asyncio.gather(
-        *(asyncio.to_thread(fn, n) for n in nodes), return_exceptions=True
-    )
-    return {
-        n: f"{type(r).__name__}: {r}"
-        for n, r in zip(nodes, results, strict=True)
-        if isinstance(r, BaseException)
-    }
-
-
 async def start_kill(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     nodes, extra = await resolve_targets(ctx, params)
     started = time.monotonic()
     ctx.state.killed.update(nodes)
-    errors = await _each(ctx.target.kill, nodes)
+    errors = await each_in_thread(ctx.target.kill, nodes)
     out: dict[str, Any] = {
         **extra,
         "nodes": nodes,
@@ -59,7 +53,7 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """
     survivors = await statuses(ctx, [n for n in ctx.cluster.nodes if n not in nodes])
     started = time.monotonic()
-    errors = await _each(ctx.target.start, nodes)
+    errors = await each_in_thread(ctx.target.start, nodes)
     started_ms = round((time.monotonic() - started) * 1000, 1)
     ctx.state.killed.difference_update(nodes)
     answered: dict[str, float] = {}
@@ -90,7 +84,7 @@ async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
     nodes, extra = await resolve_targets(ctx, params)
     started = time.monotonic()
     ctx.state.paused.update(nodes)
-    errors = await _each(ctx.target.pause, nodes)
+    errors = await each_in_thread(ctx.target.pause, nodes)
     out: dict[str, Any] = {
         **extra,
         "nodes": nodes,
@@ -104,7 +98,7 @@ async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
 async def resume(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """SIGCONT, then check each resumed node answers its admin API again."""
     started = time.monotonic()
-    errors = await _each(ctx.target.resume, nodes)
+    errors = await each_in_thread(ctx.target.resume, nodes)
     ctx.state.paused.difference_update(nodes)
     healed_ms = round((time.monotonic() - started) * 1000, 1)
     views = await statuses(ctx, nodes)

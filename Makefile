@@ -23,7 +23,7 @@ images: setup
 	$(VENV)/bin/schemachaos images build
 
 run: setup
-	$(VENV)/bin/schemachaos run --time-limit 60
+	$(VENV)/bin/schemachaos run --time-limit 60 --nemesis-interval 6
 
 test: setup
 	$(VENV)/bin/schemachaos images build

@@ -159,6 +159,20 @@ class CatalogIndex:
         cond = (F.col(version_col) == F.col("_tv")) & (F.col(table_col) == F.col("_tn"))
         return df.join(F.broadcast(t), cond, "left").drop("_tv", "_tn")
 
+    @property
+    def clock_free(self) -> bool:
+        """Whether the run's timestamps are opaque (`"clock": "none"`)."""
+        return self.clock == "none"
+
+    def with_schema_version_of(
+        self, df: DataFrame, ts_col: str, table_col: str, sv_col: str, out: str
+    ) -> DataFrame:
+        """`df` plus `out`, the catalog version an observation is judged in: cat(ts_col) with a
+        clock, else one holding table `table_col` at the schema version `sv_col` it reported."""
+        if self.clock_free:
+            return self.with_reported_version(df, table_col, sv_col, out)
+        return self.with_version(df, ts_col, out)
+
     def with_reported_version(
         self, df: DataFrame, table_col: str, sv_col: str, out: str
     ) -> DataFrame:

@@ -91,10 +91,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
     The schema of a row is the one active at its timestamp; on a clock-free run, the one of the
     schema version its read reported (the read's own claim, held against the catalog)."""
-    if cat.clock == "none":
-        rows = cat.with_reported_version(observed_rows(frames), "table", "sv_reported", "cv")
-    else:
-        rows = cat.with_version(observed_rows(frames), "ts", "cv")
+    rows = cat.with_schema_version_of(observed_rows(frames), "ts", "table", "sv_reported", "cv")
     tables = cat.tables.select(
         F.col("catalog_version").alias("_tv"),
         F.col("table").alias("_tn"),
@@ -193,7 +190,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("row_json"),
         ", which does not conform to schema version ",
         txt("sv"),
-        " it reported: " if cat.clock == "none" else " active then: ",
+        " it reported: " if cat.clock_free else " active then: ",
         F.array_join("problems", "; "),
     )
     return anomalies(bad, "schema-conformance", ["index"], ["node"], text)

@@ -28,12 +28,9 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     other write of the key was invoked after could be the last, and the key is lost only if
     the final read matches none of them."""
     writes = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
-    if cat.clock == "none":
-        writes = cat.with_reported_version(writes, "table", "txn_sv", "wv")
-    else:
-        writes = cat.with_version(writes, "op_ts", "wv")
+    writes = cat.with_schema_version_of(writes, "op_ts", "table", "txn_sv", "wv")
     writes = cat.with_table(writes, "wv", "table", "w").where(F.col("w_id").isNotNull())
-    last = _last_writes(writes, clock_free=cat.clock == "none")
+    last = _last_writes(writes, cat.clock_free)
 
     # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
     maybe = (
@@ -45,10 +42,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     last = last.join(maybe, ["table", "key"], "left_anti")
 
-    if cat.clock == "none":
-        reads = cat.with_reported_version(frames.table_reads, "table", "read_sv", "fv")
-    else:
-        reads = cat.with_version(frames.table_reads, "ts", "fv")
+    reads = cat.with_schema_version_of(frames.table_reads, "ts", "table", "read_sv", "fv")
     reads = cat.with_table(reads, "fv", "table", "f")
     latest = Window.partitionBy("f_id").orderBy(F.col("index").desc())
     reads = (
@@ -71,7 +65,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
     after = (
         F.col("index") < F.col("read_invoke")
-        if cat.clock == "none"
+        if cat.clock_free
         else F.col("commit_ts") < F.col("read_ts")
     )
     cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(after)
@@ -177,7 +171,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " and committed at ",
         ts("commit_ts"),
         " (acknowledged, and no write of that key was invoked after it completed); final read #"
-        if cat.clock == "none"
+        if cat.clock_free
         else " (acknowledged, and no later write of that key committed); final read #",
         txt("read_index"),
         " of ",

@@ -114,21 +114,20 @@ def ingest_history(
     if not cached:
         if parquet.exists():
             shutil.rmtree(parquet)
-        if stat.st_size <= python_validation_max_bytes:
-            # The full JSON Schema check runs in Python beside Spark's parse (the JVM does not
-            # hold the GIL), so a small history costs the longer of the two, not their sum.
-            with ThreadPoolExecutor(1, thread_name_prefix="validate") as pool:
-                full = pool.submit(validate_history_file, source)
-                try:
-                    _parse_lines(spark, source).write.mode("overwrite").parquet(str(parquet))
-                finally:
+        # The full JSON Schema check of a small history runs in Python beside Spark's parse (the
+        # JVM does not hold the GIL), so it costs the longer of the two, not their sum.
+        with ThreadPoolExecutor(1, thread_name_prefix="validate") as pool:
+            small = stat.st_size <= python_validation_max_bytes
+            full = pool.submit(validate_history_file, source) if small else None
+            try:
+                _parse_lines(spark, source).write.mode("overwrite").parquet(str(parquet))
+            finally:
+                if full is not None:
                     try:
                         _, truncated = full.result()
                     except ContractError:
                         shutil.rmtree(parquet, ignore_errors=True)
                         raise
-        else:
-            _parse_lines(spark, source).write.mode("overwrite").parquet(str(parquet))
     raw = spark.read.parquet(str(parquet))
     if cached:
         saved = json.loads(stamp_file.read_text("utf-8"))

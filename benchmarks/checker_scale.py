@@ -1,21 +1,29 @@
-"""Checker scale benchmark: synthetic histories of 10^5, 10^6 (and 10^7) events analyzed end to
-end on local[2]; prints events/s and the ratio to a bare Spark scan of the same Parquet.
+"""Checker scale benchmark: synthetic histories of 10^5, 10^6 and 10^7 events analyzed end to
+end on local[2]; prints events/s, how time grows with size, and the ratio to a bare Spark scan
+of the same Parquet.
 
-    python benchmarks/checker_scale.py [--sizes 100000 1000000] [--dir /tmp/checker-bench]
+    python benchmarks/checker_scale.py [--sizes 100000 1000000 10000000] [--dir /tmp/checker-bench]
 
 Histories come from `checker.synth` (a model of a correct cluster, so the verdict must be
 valid: true) and are kept in --dir between runs. "first" is the whole pipeline from JSON
-(validation, Parquet copy, checks, statistics); "again" re-analyzes from the Parquet copy.
+(parse, validation, Parquet copy, checks, statistics); "again" re-analyzes from the Parquet
+copy. "growth" is the exponent k of time ~ events^k between one size and the previous (1 is
+linear). Targets (issue 7): >= 200,000 events/s at 10^7, growth at most n log n, again <= 3x
+the bare scan.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from checker.analyze import analyze_run
@@ -24,7 +32,7 @@ from checker.session import build_session
 from checker.synth import generate_run
 
 
-def bare_scan(spark, parquet: Path) -> float:  # type: ignore[no-untyped-def]
+def bare_scan(spark: SparkSession, parquet: Path) -> float:
     """Seconds to read every column of every event (a no-op sink) and count them."""
     start = time.monotonic()
     df = spark.read.parquet(str(parquet))
@@ -33,52 +41,67 @@ def bare_scan(spark, parquet: Path) -> float:  # type: ignore[no-untyped-def]
     return time.monotonic() - start
 
 
+def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
+    if not (run / "history.jsonl").exists():
+        t = time.monotonic()
+        n = generate_run(run, seed=size, events=size)
+        print(f"generated {n} events in {time.monotonic() - t:.1f} s", flush=True)
+    shutil.rmtree(run / PARQUET_DIR, ignore_errors=True)
+    t = time.monotonic()
+    first = analyze_run(run, spark=spark)
+    first_s = time.monotonic() - t
+    t = time.monotonic()
+    again = analyze_run(run, spark=spark)
+    again_s = time.monotonic() - t
+    scan_s = min(bare_scan(spark, run / PARQUET_DIR) for _ in range(2))
+    n = int(first["stats"]["events"])
+    assert first["valid"] is True and again["valid"] is True, (
+        first["errors"],
+        first["anomalies"][:3],
+    )
+    return {
+        "events": n,
+        "first_s": round(first_s, 2),
+        "events_per_s_first": round(n / first_s),
+        "again_s": round(again_s, 2),
+        "events_per_s_again": round(n / again_s),
+        "bare_scan_s": round(scan_s, 2),
+        "ratio_again_to_scan": round(again_s / scan_s, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/checker-bench"))
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="6g", help="Spark driver heap (local mode)")
     args = parser.parse_args()
+    os.environ["CHECKER_DRIVER_MEMORY"] = args.driver_memory
     spark = build_session(args.master, shuffle_partitions=8)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size in args.sizes:
-        run = args.dir / f"run-{size}"
-        if not (run / "history.jsonl").exists():
-            t = time.monotonic()
-            n = generate_run(run, seed=size, events=size)
-            print(f"generated {n} events in {time.monotonic() - t:.1f} s", flush=True)
-        shutil.rmtree(run / PARQUET_DIR, ignore_errors=True)
-        t = time.monotonic()
-        first = analyze_run(run, spark=spark)
-        first_s = time.monotonic() - t
-        t = time.monotonic()
-        again = analyze_run(run, spark=spark)
-        again_s = time.monotonic() - t
-        scan_s = min(bare_scan(spark, run / PARQUET_DIR) for _ in range(2))
-        n = int(first["stats"]["events"])
-        assert first["valid"] is True and again["valid"] is True, first["anomalies"][:3]
-        rows.append(
-            {
-                "events": n,
-                "first_s": round(first_s, 2),
-                "events_per_s_first": round(n / first_s),
-                "again_s": round(again_s, 2),
-                "events_per_s_again": round(n / again_s),
-                "bare_scan_s": round(scan_s, 2),
-                "ratio_again_to_scan": round(again_s / scan_s, 1),
-            }
-        )
+        rows.append(measure(spark, args.dir / f"run-{size}", size))
+        prev = rows[-2] if len(rows) > 1 else None
+        if prev is not None:
+            scale = math.log(rows[-1]["events"] / prev["events"])
+            rows[-1]["growth_again"] = round(
+                math.log(rows[-1]["again_s"] / prev["again_s"]) / scale, 2
+            )
+            rows[-1]["growth_first"] = round(
+                math.log(rows[-1]["first_s"] / prev["first_s"]) / scale, 2
+            )
         print(json.dumps(rows[-1]), flush=True)
     spark.stop()
     print(
         f"{'events':>10} {'first s':>8} {'ev/s':>9} {'again s':>8} {'ev/s':>9} "
-        f"{'scan s':>7} {'ratio':>6}"
+        f"{'scan s':>7} {'ratio':>6} {'growth':>7}"
     )
     for r in rows:
         print(
             f"{r['events']:>10} {r['first_s']:>8} {r['events_per_s_first']:>9} "
             f"{r['again_s']:>8} {r['events_per_s_again']:>9} {r['bare_scan_s']:>7} "
-            f"{r['ratio_again_to_scan']:>6}"
+            f"{r['ratio_again_to_scan']:>6} {r.get('growth_again', '-'):>7}"
         )
 
 

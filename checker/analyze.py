@@ -148,11 +148,13 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
     clock = run.get("clock", "hlc")
     rename_compatible = bool(run.get("config", {}).get("rename_column_compatible", True))
     cat = CatalogIndex(spark, lines, rename_compatible, clock)
-    events = ingested.events
-    frames = build_frames(events)
     restore = _small_input_mode(spark, ingested.count, options.small_input_events)
+    frames = build_frames(ingested.events, cat)
     try:
         completed = frames.completions.where(F.col("type") == "ok").limit(1).count()
+        unpaired = _unpaired(frames)
+        if unpaired:
+            errors.append(unpaired)
         if completed == 0:
             errors.append("no client operation completed: the run did not get going (setup?)")
             result = _unknown(errors, started)
@@ -186,6 +188,18 @@ def _analyze(spark: SparkSession, run_dir: Path, options: AnalyzeOptions) -> dic
         "stats": stats,
         "errors": errors,
     }
+
+
+def _unpaired(frames: RunFrames) -> str | None:
+    """A sentence naming the completions without an invoke before them, or None."""
+    row = frames.unpaired.agg(F.count(F.lit(1)).alias("n"), F.min("index").alias("first")).first()
+    if row is None or not row["n"]:
+        return None
+    return (
+        f"history.jsonl: {row['n']} completion(s) follow no invoke of the same process and f "
+        f"(first: index {row['first']}); whatever pairs an op with its invoke (latencies, rates, "
+        "DDL acks, probes, stale-schema-read, incompatible-commit) leaves them out"
+    )
 
 
 def _small_input_mode(spark: SparkSession, events: int, threshold: int) -> dict[str, str | None]:

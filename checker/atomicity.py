@@ -59,7 +59,8 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     a = anomalies(bad_probes, "ap-violation", ["index"], ["node"], probe_text)
 
-    ops = cat.with_enlisted_table(frames.ops.where(F.col("op_sv").isNotNull()), "op_ts")
+    # ops and participants come placed in the catalog (t_sv: the enlisted table at their ts)
+    ops = frames.ops.where(F.col("op_sv").isNotNull())
     bad_ops = ops.where(~F.col("op_sv").eqNullSafe(F.col("t_sv")))
     op_text = sentence(
         "txn ",
@@ -82,7 +83,6 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     b = anomalies(bad_ops, "ap-violation", ["index"], ["op_node"], op_text)
 
     parts = frames.participants.where(F.col("commit_sv").isNotNull())
-    parts = cat.with_enlisted_table(parts, "commit_ts")
     bad_parts = parts.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv")))
     part_text = sentence(
         "participant ",
@@ -105,8 +105,18 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
 
 def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-    """Committed txns whose participants report different versions of one table, or not tsv."""
-    parts = cat.with_enlisted_table(frames.participants.where(F.col("type") == "ok"), "commit_ts")
+    """Committed txns whose participants report different versions of one table, or not tsv.
+
+    Participants that disagree among themselves cannot all equal tsv, so the txns to report
+    are those with one participant off tsv; only theirs are grouped (no shuffle of the rest)."""
+    parts = frames.participants.where(F.col("type") == "ok")
+    off = ~F.col("commit_sv").eqNullSafe(F.col("t_sv"))
+    bad_keys = parts.where(off).select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
+    parts = parts.join(
+        bad_keys.distinct(),
+        (F.col("index") == F.col("_bi")) & (F.col("table") == F.col("_bt")),
+        "left_semi",
+    )
     grouped = parts.groupBy("index", "txn_id", "table", "commit_ts", "t_sv", "t_since").agg(
         F.array_sort(F.collect_set("commit_sv")).alias("versions"),
         F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
@@ -138,7 +148,6 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Ops that succeeded although tsv(t, op_ts) differs from the txn's I for t."""
     ops = frames.ops.where(F.col("succeeded") & F.col("txn_sv").isNotNull())
-    ops = cat.with_enlisted_table(ops, "op_ts")
     bad = ops.where(~F.col("txn_sv").eqNullSafe(F.col("t_sv")))
     text = sentence(
         "txn ",

@@ -8,11 +8,12 @@ forward-compatibility matrix is precomputed per table with `schemasync.compat`.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,19 +25,27 @@ from schemasync.types import TypeInvalid, parse_type
 
 MAX_TS = (1 << 63) - 1
 BUCKETS = 2048
+MAX_LOOKUP_ROWS = 200_000
+ARROW_MIN_ROWS = 5_000  # catalog frames at least this long cross from Python through Arrow
 
 
 @dataclass(frozen=True)
 class Interval:
-    """[lo, hi) with a payload; intervals of one lookup may overlap."""
+    """[lo, hi) with a payload, optionally for one key (a table name or id); intervals of one
+    lookup may overlap."""
 
     lo: int
     hi: int
     payload: tuple[Any, ...]
+    key: Any = None
 
 
 class IntervalLookup:
-    """A broadcast range join of a big frame's numeric column against a few intervals."""
+    """A broadcast range join of a big frame's numeric column against intervals (as many as
+    the catalog's versions), each optionally restricted to rows whose key column equals its key.
+
+    Each interval is copied into the buckets of a fixed grid it overlaps, so a row meets only
+    the intervals of its own bucket (an equi-join) and then the exact bounds are checked."""
 
     def __init__(
         self,
@@ -44,10 +53,23 @@ class IntervalLookup:
         intervals: Sequence[Interval],
         payload_schema: Sequence[tuple[str, T.DataType]],
         buckets: int = BUCKETS,
+        key_type: T.DataType | None = None,
     ) -> None:
-        finite = [b for i in intervals for b in (i.lo, i.hi) if b < MAX_TS]
-        self.base = min(finite) if finite else 0
-        span = (max(finite) - self.base) if finite else 0
+        self.keyed = key_type is not None
+        # The grid spans the interior boundaries: the first interval often starts at 0 (catalog
+        # version 1), and a grid from 0 to an HLC of today would put every row in one bucket.
+        # Values outside the grid fall into its edge buckets, which hold the edge intervals.
+        points = sorted({b for i in intervals for b in (i.lo, i.hi) if b < MAX_TS})
+        inner = points[1:] if len(points) > 2 else points
+        self.base = inner[0] if inner else 0
+        span = (inner[-1] - self.base) if inner else 0
+        # An interval is copied into every bucket it spans: the grid is as fine as it can be
+        # while the copies stay under MAX_LOOKUP_ROWS (long-lived keys cost the most copies).
+        top = self.base + span
+        covered = sum(max(0, min(i.hi, top) - max(i.lo, self.base)) for i in intervals)
+        if covered > 0:
+            room = max(MAX_LOOKUP_ROWS - len(intervals), 0)
+            buckets = max(16, min(buckets, room * span // covered))
         self.width = max(1, -(-span // buckets))
         self.nb = span // self.width + 1
         rows: list[tuple[Any, ...]] = []
@@ -56,14 +78,15 @@ class IntervalLookup:
                 continue
             b_lo = self._bucket_py(i.lo)
             b_hi = self._bucket_py(i.hi - 1)
-            rows.extend((b, i.lo, i.hi, *i.payload) for b in range(b_lo, b_hi + 1))
+            rows.extend((i.key, b, i.lo, i.hi, *i.payload) for b in range(b_lo, b_hi + 1))
         fields = [
+            T.StructField("_k", key_type or T.NullType()),
             T.StructField("_b", T.LongType()),
             T.StructField("_lo", T.LongType()),
             T.StructField("_hi", T.LongType()),
             *(T.StructField(n, t) for n, t in payload_schema),
         ]
-        self.frame = spark.createDataFrame(rows, T.StructType(fields))
+        self.frame = _frame(spark, rows, T.StructType(fields))
         self.payload_names = [n for n, _ in payload_schema]
 
     def _bucket_py(self, x: int) -> int:
@@ -73,20 +96,31 @@ class IntervalLookup:
         raw = F.expr(f"(`{name}` - {self.base}L) div {self.width}L")
         return F.least(F.greatest(raw, F.lit(0).cast("long")), F.lit(self.nb - 1).cast("long"))
 
-    def join(self, df: DataFrame, x: str, how: str = "left") -> DataFrame:
-        """`df` with the payload of every interval containing column `x` (null if none)."""
+    def join(
+        self, df: DataFrame, x: str, how: str = "left", key: str | Column | None = None
+    ) -> DataFrame:
+        """`df` with the payload of every interval containing column `x` (and, for a keyed
+        lookup, whose key equals `key`); null payload if none."""
         n = next(_join_ids)
-        x_, b_, lo_, hi_ = f"_x{n}", f"_b{n}", f"_lo{n}", f"_hi{n}"
+        x_, b_, lo_, hi_, k_ = f"_x{n}", f"_b{n}", f"_lo{n}", f"_hi{n}", f"_k{n}"
         left = df.withColumn(x_, F.col(x)).withColumn(b_ + "l", self.bucket(x_))
         right = self.frame.select(
+            F.col("_k").alias(k_),
             F.col("_b").alias(b_),
             F.col("_lo").alias(lo_),
             F.col("_hi").alias(hi_),
             *(F.col(p).alias(p) for p in self.payload_names),
         )
         cond = (F.col(b_ + "l") == F.col(b_)) & (F.col(x_) >= F.col(lo_)) & (F.col(x_) < F.col(hi_))
+        if self.keyed:
+            if key is None:
+                raise ValueError("a keyed lookup needs its key column")
+            left = left.withColumn(k_ + "l", F.col(key) if isinstance(key, str) else key)
+            cond = (F.col(k_ + "l") == F.col(k_)) & cond
+        else:
+            right = right.drop(k_)
         joined = left.join(F.broadcast(right), cond, how)
-        return joined.drop(x_, b_ + "l", b_, lo_, hi_)
+        return joined.drop(x_, b_ + "l", b_, lo_, hi_, k_, k_ + "l")
 
 
 _join_ids = itertools.count()
@@ -117,9 +151,12 @@ class CatalogIndex:
         self.by_version = {int(d["catalog_version"]): d for d in self.lines}
         self.rename_compatible = rename_compatible
         self._floor = self._floor_lookup()
+        self._steps = self.incompatible_step_rows()
+        self._by_name, self._by_id = self._table_timelines()
         self.versions = self._versions_frame()
         self.tables = self._tables_frame()
         self.columns = self._columns_frame()
+        self.schemas = self._schemas_frame()
         self.indexes = self._indexes_frame()
         self.incompatible_steps = self._incompatible_steps_frame()
 
@@ -138,6 +175,79 @@ class CatalogIndex:
             self.spark,
             intervals,
             [("_cat_version", T.LongType()), ("_cat_activation", T.LongType())],
+        )
+
+    def _table_timelines(self) -> tuple[IntervalLookup, IntervalLookup]:
+        """The table each name denotes, and the version each table id has, over the spans of
+        timestamps in which cat(ts) is one catalog version (spans with the same answer merged)."""
+        ordered = sorted(
+            self.lines, key=lambda d: (int(d["activation_ts"]), int(d["catalog_version"]))
+        )
+        since: dict[tuple[int, int], int] = {}
+        for d in self.lines:
+            for t in d["tables"].values():
+                since.setdefault((int(t["id"]), int(t["schema_version"])), int(d["activation_ts"]))
+        # The number of a table's incompatible steps up to a version never falls as versions
+        # grow, so a txn crossed one between cat(base_ts) and cat(commit_ts) exactly when that
+        # number is greater at commit: two lookups instead of a range join.
+        steps: dict[int, list[int]] = {}
+        for tid, version, _ in sorted(self._steps):
+            steps.setdefault(tid, []).append(version)
+        by_name: dict[str, list[list[Any]]] = {}
+        by_id: dict[int, list[list[Any]]] = {}
+
+        def extend(spans: list[list[Any]], lo: int, hi: int, payload: tuple[Any, ...]) -> None:
+            if spans and spans[-1][1] == lo and spans[-1][2] == payload:
+                spans[-1][1] = hi
+            else:
+                spans.append([lo, hi, payload])
+
+        for i, d in enumerate(ordered):
+            lo = int(d["activation_ts"])
+            hi = int(ordered[i + 1]["activation_ts"]) if i + 1 < len(ordered) else MAX_TS
+            if hi <= lo:
+                continue  # a tie: the greatest version of the same activation_ts answers
+            for name, t in d["tables"].items():
+                tid, sv = int(t["id"]), int(t["schema_version"])
+                inc = bisect.bisect_right(steps.get(tid, []), int(d["catalog_version"]))
+                payload = (sv, since[(tid, sv)], inc)
+                extend(by_name.setdefault(name, []), lo, hi, (tid, *payload))
+                extend(by_id.setdefault(tid, []), lo, hi, payload)
+        L = T.LongType()
+        names = IntervalLookup(
+            self.spark,
+            [Interval(lo, hi, p, name) for name, spans in by_name.items() for lo, hi, p in spans],
+            [("_tl_id", L), ("_tl_sv", L), ("_tl_since", L), ("_tl_inc", L)],
+            key_type=T.StringType(),
+        )
+        ids = IntervalLookup(
+            self.spark,
+            [Interval(lo, hi, p, tid) for tid, spans in by_id.items() for lo, hi, p in spans],
+            [("_il_sv", L), ("_il_since", L), ("_il_inc", L)],
+            key_type=L,
+        )
+        return names, ids
+
+    def with_table_at(self, df: DataFrame, ts_col: str, name_col: str, prefix: str) -> DataFrame:
+        """`df` plus `prefix`_id, `prefix`_sv, `prefix`_since and `prefix`_inc (incompatible
+        steps of the table so far) of the table named `name_col` in cat(ts_col) (nulls when no
+        table has that name then)."""
+        joined = self._by_name.join(df, ts_col, key=name_col)
+        return (
+            joined.withColumnRenamed("_tl_id", prefix + "_id")
+            .withColumnRenamed("_tl_sv", prefix + "_sv")
+            .withColumnRenamed("_tl_since", prefix + "_since")
+            .withColumnRenamed("_tl_inc", prefix + "_inc")
+        )
+
+    def with_table_id_at(self, df: DataFrame, ts_col: str, id_col: str, prefix: str) -> DataFrame:
+        """`df` plus `prefix`_sv, `prefix`_since and `prefix`_inc of table id `id_col` in
+        cat(ts_col) (nulls when that table does not exist then)."""
+        joined = self._by_id.join(df, ts_col, key=id_col)
+        return (
+            joined.withColumnRenamed("_il_sv", prefix + "_sv")
+            .withColumnRenamed("_il_since", prefix + "_since")
+            .withColumnRenamed("_il_inc", prefix + "_inc")
         )
 
     def with_version(self, df: DataFrame, ts_col: str, out: str) -> DataFrame:
@@ -187,41 +297,24 @@ class CatalogIndex:
         return df.join(F.broadcast(holders), cond, "left").drop("_rt", "_rsv")
 
     def with_enlisted_table(self, df: DataFrame, ts_col: str, prefix: str = "t") -> DataFrame:
-        """`df` plus `cv` = cat(ts_col) and `prefix`_id/_sv/_since of the txn's table in it.
+        """`df` plus `prefix`_id/_sv/_since of the txn's table in cat(ts_col).
 
         A txn names a table by the name it enlisted it under (at `base_ts`); a later RENAME
         keeps the table (same id), so the table is found by its id at base_ts. Without a
         base_ts (or an unknown name there) the name is looked up in cat(ts_col)."""
-        df = self.with_version(df, "base_ts", "_bv")
-        b = self.tables.select(
-            F.col("catalog_version").alias("_btv"),
-            F.col("table").alias("_btn"),
-            F.col("table_id").alias("_bid"),
-        )
-        df = df.join(
-            F.broadcast(b),
-            (F.col("_bv") == F.col("_btv")) & (F.col("table") == F.col("_btn")),
-            "left",
-        ).drop("_btv", "_btn", "_bv", "_bv_activation")
-        df = self.with_table(self.with_version(df, ts_col, "cv"), "cv", "table", "_n")
-        i = self.tables.select(
-            F.col("catalog_version").alias("_itv"),
-            F.col("table_id").alias("_iid"),
-            F.col("schema_version").alias("_i_sv"),
-            F.col("since_ts").alias("_i_since"),
-        )
-        df = df.join(
-            F.broadcast(i),
-            (F.col("cv") == F.col("_itv")) & (F.col("_bid") == F.col("_iid")),
-            "left",
-        )
+        df = self._by_name.join(df, "base_ts", key="table")
+        df = df.withColumnRenamed("_tl_id", "_bid").drop("_tl_sv", "_tl_since", "_tl_inc")
+        df = self.with_table_at(df, ts_col, "table", "_n")
+        df = self._by_id.join(df, ts_col, key="_bid")
         by_id = F.col("_bid").isNotNull()
         return df.select(
             "*",
-            F.when(by_id, F.col("_iid")).otherwise(F.col("_n_id")).alias(prefix + "_id"),
-            F.when(by_id, F.col("_i_sv")).otherwise(F.col("_n_sv")).alias(prefix + "_sv"),
-            F.when(by_id, F.col("_i_since")).otherwise(F.col("_n_since")).alias(prefix + "_since"),
-        ).drop("_bid", "_itv", "_iid", "_i_sv", "_i_since", "_n_id", "_n_sv", "_n_since")
+            F.when(by_id, F.when(F.col("_il_sv").isNotNull(), F.col("_bid")))
+            .otherwise(F.col("_n_id"))
+            .alias(prefix + "_id"),
+            F.when(by_id, F.col("_il_sv")).otherwise(F.col("_n_sv")).alias(prefix + "_sv"),
+            F.when(by_id, F.col("_il_since")).otherwise(F.col("_n_since")).alias(prefix + "_since"),
+        ).drop("_bid", "_il_sv", "_il_since", "_il_inc", "_n_id", "_n_sv", "_n_since", "_n_inc")
 
     # -- frames ---------------------------------------------------------------------------------
     def _versions_frame(self) -> DataFrame:
@@ -236,7 +329,7 @@ class CatalogIndex:
             for d in self.lines
         ]
         schema = "catalog_version long, activation_ts long, safe_ts long, delay_ms long, ddl string"
-        return self.spark.createDataFrame(rows, schema)
+        return _frame(self.spark, rows, schema)
 
     def table_rows(self) -> list[TableAt]:
         return [
@@ -266,11 +359,43 @@ class CatalogIndex:
             "catalog_version long, table string, table_id long, schema_version long, "
             "since_ts long, col_names array<string>"
         )
-        return self.spark.createDataFrame(rows, schema)
+        return _frame(self.spark, rows, schema)
+
+    def _schemas_frame(self) -> DataFrame:
+        """One row per (table id, schema version): its columns by name (-> column id) and by
+        id (-> name, nullable, default as a read shows it), for matching columns across
+        renames without a join per cell."""
+        seen: dict[tuple[int, int], tuple[Any, ...]] = {}
+        for ta in self.table_rows():
+            key = (int(ta.table["id"]), int(ta.table["schema_version"]))
+            if key in seen:
+                continue
+            cols = ta.table["columns"]
+            by_id = {
+                int(c["id"]): (str(c["name"]), bool(c["nullable"]), _as_row_text(c.get("default")))
+                for c in cols
+            }
+            seen[key] = (
+                *key,
+                {str(c["name"]): int(c["id"]) for c in cols},
+                by_id,
+            )
+        schema = (
+            "table_id long, schema_version long, col_ids map<string, long>, "
+            "cols_by_id map<long, struct<name: string, nullable: boolean, default_text: string>>"
+        )
+        return _frame(self.spark, list(seen.values()), schema)
 
     def _columns_frame(self) -> DataFrame:
+        """One row per column of each (table id, schema version): a schema is the same in
+        every catalog version that holds it, so it is listed once."""
         rows = []
+        seen: set[tuple[int, int]] = set()
         for ta in self.table_rows():
+            key = (int(ta.table["id"]), int(ta.table["schema_version"]))
+            if key in seen:
+                continue
+            seen.add(key)
             for c in ta.table["columns"]:
                 try:
                     st = parse_type(str(c["type"]))
@@ -279,9 +404,7 @@ class CatalogIndex:
                     base, length, prec, scale = str(c["type"]), None, None, None
                 rows.append(
                     (
-                        ta.version,
-                        ta.name,
-                        int(ta.table["id"]),
+                        *key,
                         int(c["id"]),
                         str(c["name"]),
                         str(c["type"]),
@@ -295,11 +418,11 @@ class CatalogIndex:
                     )
                 )
         schema = (
-            "catalog_version long, table string, table_id long, col_id long, col_name string, "
+            "table_id long, schema_version long, col_id long, col_name string, "
             "col_type string, base string, length long, prec long, scale long, "
             "nullable boolean, has_default boolean, default_text string"
         )
-        return self.spark.createDataFrame(rows, schema)
+        return _frame(self.spark, rows, schema)
 
     def _indexes_frame(self) -> DataFrame:
         rows = [
@@ -311,7 +434,7 @@ class CatalogIndex:
             "catalog_version long, table string, index string, index_columns array<string>, "
             "state string"
         )
-        return self.spark.createDataFrame(rows, schema)
+        return _frame(self.spark, rows, schema)
 
     def incompatible_step_rows(self) -> list[tuple[int, int, str]]:
         """(table_id, version v, why) for every step v-1 -> v not forward compatible."""
@@ -322,6 +445,8 @@ class CatalogIndex:
                 tid = int(old["id"])
                 new = new_by_id.get(tid)
                 new_name, new_table = (new[0], new[1]) if new else (None, None)
+                if new_name == name and new_table == old:
+                    continue  # untouched by this step (most tables, most steps)
                 ok = forward_compatible_json(
                     old, new_table, self.rename_compatible, (), old_name=name, new_name=new_name
                 )
@@ -345,9 +470,34 @@ class CatalogIndex:
         return "drop_table " + name if new is None else "incompatible change"
 
     def _incompatible_steps_frame(self) -> DataFrame:
-        return self.spark.createDataFrame(
-            self.incompatible_step_rows(), "table_id long, step_version long, why string"
+        """One row per table id: its incompatible steps, ascending by version."""
+        steps: dict[int, list[tuple[int, str]]] = {}
+        for tid, version, why in self._steps:
+            steps.setdefault(tid, []).append((version, why))
+        return _frame(
+            self.spark,
+            [(tid, sorted(s)) for tid, s in steps.items()],
+            "table_id long, steps array<struct<step_version: long, why: string>>",
         )
+
+
+def _frame(spark: SparkSession, rows: list[Any], schema: str | T.StructType) -> DataFrame:
+    """A frame from rows the checker built itself. Many rows cross as one Arrow table: PySpark's
+    row-by-row conversion would cost more than the rest of the catalog index on a long run
+    (tens of thousands of catalog versions)."""
+    parsed = schema if isinstance(schema, T.StructType) else T._parse_datatype_string(schema)
+    struct = cast(T.StructType, parsed)
+    if len(rows) < ARROW_MIN_ROWS:
+        return spark.createDataFrame(rows, struct, verifySchema=False)
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(struct)
+    columns = zip(*rows, strict=True) if rows else ([] for _ in arrow)
+    table = pa.Table.from_arrays(
+        [pa.array(list(c), type=f.type) for f, c in zip(arrow, columns, strict=True)], schema=arrow
+    )
+    return spark.createDataFrame(table)
 
 
 def catalog_json(line: dict[str, Any]) -> str:

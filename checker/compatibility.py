@@ -1,7 +1,8 @@
 """incompatible-commit: a txn committed across a change that is not forward compatible.
 
 The judgment of each catalog step is `schemasync.compat` (one source of truth), computed once per
-(table, step) in the driver; the event path only joins txns with the incompatible steps.
+(table, step) in the driver and folded into the catalog timelines as a count per table schema
+version: the event path compares two counts, and only the txns reported look up their step.
 """
 
 from __future__ import annotations
@@ -18,31 +19,20 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Committed txns with an incompatible step between base_ts and commit_ts on an enlisted
     table, or whose enlisted table did not exist at commit_ts."""
     tt = frames.txn_tables.where((F.col("type") == "ok") & F.col("commit_ts").isNotNull())
-    tt = cat.with_version(tt, "base_ts", "bv")
-    tt = cat.with_version(tt, "commit_ts", "cv")
-    tt = cat.with_table(tt, "bv", "table", "b").where(F.col("b_id").isNotNull())
-    exists = cat.tables.select(
-        F.col("catalog_version").alias("_ev"),
-        F.col("table_id").alias("_eid"),
-        F.col("table").alias("commit_name"),
+    tt = cat.with_table_at(tt, "base_ts", "table", "b").where(F.col("b_id").isNotNull())
+    tt = cat.with_table_id_at(tt, "commit_ts", "b_id", "c")
+    bad = tt.where(F.col("c_sv").isNull() | (F.col("c_inc") > F.col("b_inc")))
+    # only the txns to report are placed in catalog versions and given their first bad step
+    bad = cat.with_version(cat.with_version(bad, "base_ts", "bv"), "commit_ts", "cv")
+    steps = cat.incompatible_steps.select(F.col("table_id").alias("_sid"), "steps")
+    bad = bad.join(F.broadcast(steps), F.col("_sid") == F.col("b_id"), "left")
+    first_step = F.try_element_at(
+        F.filter(
+            "steps", lambda s: (s.step_version > F.col("bv")) & (s.step_version <= F.col("cv"))
+        ),
+        F.lit(1),
     )
-    tt = tt.join(
-        F.broadcast(exists),
-        (F.col("_ev") == F.col("cv")) & (F.col("_eid") == F.col("b_id")),
-        "left",
-    )
-    steps = cat.incompatible_steps.select(F.col("table_id").alias("_sid"), "step_version", "why")
-    with_steps = tt.join(
-        F.broadcast(steps),
-        (F.col("_sid") == F.col("b_id"))
-        & (F.col("step_version") > F.col("bv"))
-        & (F.col("step_version") <= F.col("cv")),
-        "left",
-    )
-    grouped = with_steps.groupBy(
-        "index", "node", "txn_id", "table", "base_ts", "commit_ts", "bv", "cv", "txn_sv", "_eid"
-    ).agg(F.min(F.struct("step_version", "why")).alias("first_step"))
-    bad = grouped.where(F.col("_eid").isNull() | F.col("first_step.step_version").isNotNull())
+    bad = bad.withColumn("first_step", first_step)
     text = sentence(
         "txn ",
         txt("txn_id"),
@@ -60,7 +50,7 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         txt("txn_sv"),
         "), ",
         F.when(
-            F.col("_eid").isNull(),
+            F.col("c_sv").isNull(),
             sentence("but the table did not exist at commit (catalog version ", txt("cv"), ")"),
         ).otherwise(
             sentence(

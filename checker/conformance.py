@@ -16,7 +16,6 @@ from checker.frames import RunFrames
 
 FLOAT32_MAX = 3.4028234663852886e38
 INT32 = (-(2**31), 2**31 - 1)
-INT64 = (-(2**63), 2**63 - 1)
 
 
 def observed_rows(frames: RunFrames) -> DataFrame:
@@ -49,31 +48,32 @@ def observed_rows(frames: RunFrames) -> DataFrame:
     return reads.unionByName(final)
 
 
-def _value_ok(v: Column) -> Column:
-    """Does variant `v` (not null) fit the column type in base/length/prec/scale?"""
-    sv = F.expr("schema_of_variant(_v)")
-    is_int = sv.isin("BIGINT", "INT", "SMALLINT", "TINYINT") | sv.rlike(r"^DECIMAL\(\d+,0\)$")
-    as_dec = F.expr("try_variant_get(_v, '$', 'decimal(38,0)')")
-    numeric = is_int | sv.startswith("DECIMAL") | sv.isin("DOUBLE", "FLOAT")
-    s = F.expr("try_variant_get(_v, '$', 'string')")
-    is_str = sv == "STRING"
+def _value_ok(j: Column, s: Column) -> Column:
+    """Does a value (not null), given as its JSON text `j` and, for a JSON string, its text `s`,
+    fit the column type in base/length/prec/scale?
+
+    The JSON text tells the value's kind by its first character, and is computed once per value
+    (the variant's own schema string, and regexes in every branch, cost four times as much)."""
+    first = F.substring(j, 1, 1)
+    is_str = first == '"'
+    is_bool = j.isin("true", "false")
+    numeric = ~is_str & ~is_bool & ~first.isin("{", "[")
+    is_int = numeric & ~j.contains(".") & ~j.contains("e") & ~j.contains("E")
+    as_long = j.try_cast("bigint")  # null beyond INT64
     frac = F.regexp_extract(s, r"\.([0-9]*)$", 1)
     whole = F.regexp_extract(s, r"^[+-]?([0-9]*)", 1)
     base = F.col("base")
     return (
-        F.when(base == "INT32", is_int & as_dec.between(*INT32))
-        .when(base.isin("INT64", "TIMESTAMP"), is_int & as_dec.between(*INT64))
-        .when(
-            base == "FLOAT",
-            numeric & (F.abs(F.expr("try_variant_get(_v, '$', 'double')")) <= FLOAT32_MAX),
-        )
+        F.when(base == "INT32", is_int & as_long.between(*INT32))
+        .when(base.isin("INT64", "TIMESTAMP"), is_int & as_long.isNotNull())
+        .when(base == "FLOAT", numeric & (F.abs(j.try_cast("double")) <= FLOAT32_MAX))
         .when(base == "DOUBLE", numeric)
         .when(base == "VARCHAR", is_str & (F.char_length(s) <= F.col("length")))
         .when(
             base == "VARBINARY",
             is_str & s.rlike(r"^([0-9a-fA-F]{2})*$") & (F.length(s) / 2 <= F.col("length")),
         )
-        .when(base == "BOOLEAN", sv == "BOOLEAN")
+        .when(base == "BOOLEAN", is_bool)
         .when(
             base == "DECIMAL",
             is_str
@@ -92,45 +92,12 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     The schema of a row is the one active at its timestamp; on a clock-free run, the one of the
     schema version its read reported (the read's own claim, held against the catalog)."""
     rows = cat.with_schema_version_of(observed_rows(frames), "ts", "table", "sv_reported", "cv")
-    tables = cat.tables.select(
-        F.col("catalog_version").alias("_tv"),
-        F.col("table").alias("_tn"),
-        F.col("schema_version").alias("sv"),
-        "col_names",
-    )
-    rows = (
-        rows.join(
-            F.broadcast(tables),
-            (F.col("_tv") == F.col("cv")) & (F.col("_tn") == F.col("table")),
-            "inner",
-        )
-        .drop("_tv", "_tn")
-        .withColumn("m", F.from_json("row_json", "map<string,variant>"))
-        .where(F.col("m").isNotNull())
-        .withColumn("_rid", F.monotonically_increasing_id())
-    )
-
-    extra = rows.withColumn(
-        "extra",
-        F.expr(
-            "filter(map_keys(m), k -> not array_contains(col_names, k) "
-            "and not is_variant_null(m[k]))"
-        ),
-    ).where(F.size("extra") > 0)
-    extra_problems = extra.select(
-        "_rid",
-        sentence(
-            "a value in column(s) ",
-            F.array_join("extra", ", "),
-            " that schema version ",
-            txt("sv"),
-            " does not have",
-        ).alias("problem"),
-    )
-
-    cols = cat.columns.select(
-        F.col("catalog_version").alias("_cv"),
-        F.col("table").alias("_ct"),
+    # One row per column of the schema, plus one (col_name null) that checks for extra keys:
+    # each observed row is parsed once, joined with its schema, and only rows with a problem
+    # travel on to be grouped.
+    checks = cat.columns.select(
+        F.col("table_id").alias("_cid"),
+        F.col("schema_version").alias("_csv"),
         "col_name",
         "col_type",
         "base",
@@ -139,25 +106,68 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         "scale",
         "nullable",
         "has_default",
+        F.lit(None).cast("array<string>").alias("col_names"),
+    ).unionByName(
+        cat.schemas.select(
+            F.col("table_id").alias("_cid"),
+            F.col("schema_version").alias("_csv"),
+            F.map_keys("col_ids").alias("col_names"),
+        ),
+        allowMissingColumns=True,
     )
-    per_col = rows.select("_rid", "cv", "table", "m").join(
-        F.broadcast(cols), (F.col("_cv") == F.col("cv")) & (F.col("_ct") == F.col("table"))
+    svs = cat.tables.select(
+        F.col("catalog_version").alias("_sv_cv"),
+        F.col("table").alias("_sv_t"),
+        F.col("table_id").alias("sv_id"),
+        F.col("schema_version").alias("sv"),
+    )
+    rows = rows.join(
+        F.broadcast(svs), (F.col("_sv_cv") == F.col("cv")) & (F.col("_sv_t") == F.col("table"))
+    ).withColumn("m", F.from_json("row_json", "map<string,variant>"))
+    per_col = rows.where(F.col("m").isNotNull()).join(
+        F.broadcast(checks), (F.col("_cid") == F.col("sv_id")) & (F.col("_csv") == F.col("sv"))
     )
     per_col = per_col.withColumn("_v", F.element_at("m", F.col("col_name"))).withColumn(
         "present", F.map_contains_key("m", F.col("col_name"))
     )
+    # the value's JSON text (and a string's text) once, in a projection of its own
+    per_col = per_col.withColumn("_j", F.to_json("_v"))
+    per_col = per_col.withColumn(
+        "_s", F.when(F.col("_j").startswith('"'), F.expr("try_variant_get(_v, '$', 'string')"))
+    )
+    extra = F.filter(
+        F.map_keys("m"),
+        lambda k: ~F.array_contains(F.col("col_names"), k) & ~F.is_variant_null(F.col("m")[k]),
+    )
     is_null = ~F.col("present") | F.expr("is_variant_null(_v)")
+    # First a small code per (row, column), and the sentence only for the few with a problem:
+    # the hot expression stays small enough for Spark to compile.
+    code = (
+        F.when(F.col("col_name").isNull(), F.when(F.size(extra) > 0, F.lit(4)))
+        .when(~F.col("present") & F.col("has_default"), F.lit(1))
+        .when(is_null & ~F.col("nullable"), F.lit(2))
+        .when(~is_null & ~_value_ok(F.col("_j"), F.col("_s")), F.lit(3))
+    )
     problem = (
         F.when(
-            ~F.col("present") & F.col("has_default"),
+            F.col("_pc") == 4,
+            sentence(
+                "a value in column(s) ",
+                F.array_join(extra, ", "),
+                " that schema version ",
+                txt("sv"),
+                " does not have",
+            ),
+        )
+        .when(
+            F.col("_pc") == 1,
             sentence("column ", F.col("col_name"), " (which has a default) is missing"),
         )
-        .when(is_null & ~F.col("nullable"), sentence("null in NOT NULL column ", F.col("col_name")))
-        .when(
-            ~is_null & ~_value_ok(F.col("_v")),
+        .when(F.col("_pc") == 2, sentence("null in NOT NULL column ", F.col("col_name")))
+        .otherwise(
             sentence(
                 "value ",
-                F.expr("to_json(_v)"),
+                F.col("_j"),
                 " in column ",
                 F.col("col_name"),
                 " does not fit ",
@@ -165,15 +175,14 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
             ),
         )
     )
-    col_problems = per_col.select("_rid", problem.alias("problem")).where(
-        F.col("problem").isNotNull()
+    context = ["index", "node", "source", "table", "key", "ts", "sv", "row_json"]
+    bad = (
+        per_col.select("*", code.alias("_pc"))
+        .where(F.col("_pc").isNotNull())
+        .select(*context, problem.alias("problem"))
+        .groupBy(*context)
+        .agg(F.array_sort(F.collect_set("problem")).alias("problems"))
     )
-    problems = (
-        extra_problems.unionByName(col_problems)
-        .groupBy("_rid")
-        .agg(F.array_sort(F.collect_list("problem")).alias("problems"))
-    )
-    bad = rows.join(problems, "_rid")
     text = sentence(
         F.col("source"),
         " #",

@@ -13,6 +13,8 @@ from checker.catalog_index import CatalogIndex
 from checker.explain import anomalies, sentence, ts, txt
 from checker.frames import RunFrames
 
+MAX_BROADCAST_INFO = 100_000
+
 
 def same_value(a: Column, b: Column) -> Column:
     """JSON texts equal as numbers when both are numbers, else as text (null-safe)."""
@@ -28,18 +30,15 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     other write of the key was invoked after could be the last, and the key is lost only if
     the final read matches none of them."""
     writes = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
+    if cat.clock_free:  # the real-time rule needs each write's invoke time
+        invoked = frames.txns.select(F.col("index").alias("_ti"), "invoke_time")
+        writes = writes.join(invoked, F.col("_ti") == F.col("index")).drop("_ti")
     writes = cat.with_schema_version_of(writes, "op_ts", "table", "txn_sv", "wv")
     writes = cat.with_table(writes, "wv", "table", "w").where(F.col("w_id").isNotNull())
     last = _last_writes(writes, cat.clock_free)
 
     # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
-    maybe = (
-        frames.txns.where(F.col("type") == "info")
-        .select(F.explode("invoke_ops").alias("o"))
-        .where(F.col("o.op").isin("w", "d"))
-        .select(F.col("o.table").alias("table"), F.col("o.key").alias("key"))
-        .distinct()
-    )
+    maybe = _unknown_outcome_writes(frames)
     last = last.join(maybe, ["table", "key"], "left_anti")
 
     reads = cat.with_schema_version_of(frames.table_reads, "ts", "table", "read_sv", "fv")
@@ -52,6 +51,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     read_tables = reads.select(
         F.col("f_id"),
+        F.col("f_sv"),
         F.col("fv"),
         F.col("index").alias("read_index"),
         F.col("invoke_index").alias("read_invoke"),
@@ -68,87 +68,48 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         if cat.clock_free
         else F.col("commit_ts") < F.col("read_ts")
     )
-    cand = last.join(read_tables, F.col("w_id") == F.col("f_id")).where(after)
+    cand = last.join(F.broadcast(read_tables), F.col("w_id") == F.col("f_id")).where(after)
     cand = cand.join(
         read_rows, (F.col("_rf") == F.col("f_id")) & (F.col("_rk") == F.col("key")), "left"
-    ).withColumn("_wid", F.monotonically_increasing_id())
-
-    # Column-by-column comparison of the written values, matched by column id.
-    wcols = cat.columns.select(
-        F.col("catalog_version").alias("_wcv"),
-        F.col("table").alias("_wct"),
-        F.col("col_name").alias("_wname"),
-        F.col("col_id").alias("_wcid"),
     )
-    fcols = cat.columns.select(
-        F.col("catalog_version").alias("_fcv"),
-        F.col("table_id").alias("_fct"),
-        F.col("col_id").alias("_fcid"),
-        F.col("col_name").alias("_fname"),
-        F.col("nullable").alias("_fnullable"),
-        F.col("default_text").alias("_fdefault"),
+    schemas = cat.schemas
+    written_in = schemas.select(
+        F.col("table_id").alias("_ws_id"),
+        F.col("schema_version").alias("_ws_sv"),
+        F.struct("col_ids").alias("_w_schema"),
     )
-    present = cand.where((F.col("op") == "w") & F.col("final_row").isNotNull())
-    cells = present.select(
-        "_wid",
-        "wv",
-        "table",
-        "fv",
-        "f_id",
-        F.from_json("final_row", "map<string,string>").alias("_fm"),
-        F.explode(F.from_json("row", "map<string,string>")).alias("_cname", "_cval"),
+    read_in = schemas.select(
+        F.col("table_id").alias("_fs_id"),
+        F.col("schema_version").alias("_fs_sv"),
+        F.struct("cols_by_id").alias("_f_schema"),
     )
-    cells = (
-        cells.join(
-            F.broadcast(wcols),
-            (F.col("_wcv") == F.col("wv"))
-            & (F.col("_wct") == F.col("table"))
-            & (F.col("_wname") == F.col("_cname")),
+    cand = (
+        cand.join(
+            F.broadcast(written_in),
+            (F.col("_ws_id") == F.col("w_id")) & (F.col("_ws_sv") == F.col("w_sv")),
+            "left",
         )
         .join(
-            F.broadcast(fcols),
-            (F.col("_fcv") == F.col("fv"))
-            & (F.col("_fct") == F.col("f_id"))
-            & (F.col("_fcid") == F.col("_wcid")),
+            F.broadcast(read_in),
+            (F.col("_fs_id") == F.col("f_id")) & (F.col("_fs_sv") == F.col("f_sv")),
+            "left",
         )
-        .withColumn("_fval", F.element_at("_fm", F.col("_fname")))
+        .withColumn("diff", _first_difference())
     )
-    mismatched = (
-        # a null written into a column that is NOT NULL by the final read is read as the
-        # column's default (rows are upgraded to the reader's schema): not a lost write
-        cells.where(
-            ~same_value(F.col("_cval"), F.col("_fval"))
-            & ~(
-                F.col("_cval").isNull()
-                & ~F.col("_fnullable")
-                & same_value(F.col("_fval"), F.col("_fdefault"))
-            )
-        )
-        .groupBy("_wid")
-        .agg(
-            F.min(
-                F.concat(
-                    F.col("_cname"),
-                    F.lit(" = "),
-                    txt("_cval"),
-                    F.lit(" but the final read has "),
-                    txt("_fval"),
-                )
-            ).alias("diff")
-        )
-    )
-    cand = cand.join(mismatched, "_wid", "left")
     missed = ((F.col("op") == "d") & F.col("final_row").isNotNull()) | (
         (F.col("op") == "w") & (F.col("final_row").isNull() | F.col("diff").isNotNull())
     )
-    # a key is lost when the final read shows none of its possibly-last writes (one with a
-    # clock); the witness is the one that completed last
+    # A key is lost when no copy of it in the final read shows any of its possibly-last writes
+    # (with a clock there is one); the witness is the write that completed last.
     per_key = Window.partitionBy("w_id", "key")
     lost = (
         cand.withColumn("_missed", missed)
         .withColumn("_shown", F.max((~F.col("_missed")).cast("int")).over(per_key))
         .withColumn(
-            "_rn", F.row_number().over(per_key.orderBy(F.col("index").desc(), F.col("pos").desc()))
+            "_rn",
+            F.row_number().over(
+                per_key.orderBy(F.col("index").desc(), F.col("pos").desc(), F.col("diff"))
+            ),
         )
         .where(F.col("_missed") & (F.col("_shown") == 0) & (F.col("_rn") == 1))
     )
@@ -186,15 +147,70 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     return anomalies(lost, "lost-write", ["index", "read_index"], ["op_node", "read_node"], text)
 
 
+def _first_difference() -> Column:
+    """For a write with the final row beside it: the first written column (by name) whose
+    value the final row does not show, as 'c = v but the final read has w', or null.
+
+    Columns are matched by id: a later rename or widening does not hide a write, and a later
+    drop takes the column out of the comparison. A null written into a column that is NOT NULL
+    by the final read is read as the column's default (rows are upgraded to the reader's
+    schema): not a difference."""
+    written = F.from_json("row", "map<string,string>")
+    final = F.from_json("final_row", "map<string,string>")
+    w_ids = F.col("_w_schema.col_ids")
+    f_cols = F.col("_f_schema.cols_by_id")
+
+    def differs(e: Column) -> Column:
+        fc = f_cols[w_ids[e.key]]
+        shown = final[fc.getField("name")]
+        defaulted = e.value.isNull() & ~fc.getField("nullable")
+        return (
+            fc.isNotNull()
+            & ~same_value(e.value, shown)
+            & ~(defaulted & same_value(shown, fc.getField("default_text")))
+        )
+
+    def render(e: Column) -> Column:
+        shown = final[f_cols[w_ids[e.key]].getField("name")]
+        return F.concat(
+            e.key, F.lit(" = "), txt(e.value), F.lit(" but the final read has "), txt(shown)
+        )
+
+    diffs = F.filter(F.map_entries(written), differs)
+    return F.when(F.col("op") == "w", F.array_min(F.transform(diffs, render)))
+
+
+def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
+    """(table, key) of every write a txn that ended in `info` meant to make (its invoke's ops:
+    the completion of an unknown outcome may not list them)."""
+    info = frames.txns.where(F.col("type") == "info").select(F.col("invoke_index").alias("_ii"))
+    invokes = frames.events.where(
+        (F.col("type") == "invoke") & (F.col("f") == "txn") & (F.col("process") != "nemesis")
+    )
+    # Unknown outcomes are rare (a timeout, a lost reply): their invokes are picked out by a
+    # broadcast, unless a run has so many that a shuffle is the safer way.
+    few = info.limit(MAX_BROADCAST_INFO + 1).count() <= MAX_BROADCAST_INFO
+    picked = invokes.join(
+        F.broadcast(info) if few else info, F.col("index") == F.col("_ii"), "left_semi"
+    )
+    return (
+        picked.select(F.explode("value.ops").alias("o"))
+        .where(F.col("o.op").isin("w", "d"))
+        .select(F.col("o.table").alias("table"), F.col("o.key").alias("key"))
+        .distinct()
+    )
+
+
 def _last_writes(writes: DataFrame, clock_free: bool) -> DataFrame:
     """The writes of each (table id, key) that may hold the final effect: the one with the
     greatest commit_ts, or (clock-free) every txn's last write of the key that completed after
     the last invoke of any write of it (no write began after it ended)."""
     if not clock_free:
-        w = Window.partitionBy("w_id", "key").orderBy(
-            F.col("commit_ts").desc(), F.col("index").desc(), F.col("pos").desc()
-        )
-        return writes.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1)
+        # one aggregate per key instead of a window: no sort of every write by key
+        order = ["commit_ts", "index", "pos"]
+        rest = [c for c in writes.columns if c not in order and c not in ("w_id", "key")]
+        best = F.max(F.struct(*order, *rest)).alias("_w")
+        return writes.groupBy("w_id", "key").agg(best).select("w_id", "key", "_w.*")
     in_txn = Window.partitionBy("w_id", "key", "index").orderBy(F.col("pos").desc())
     per_key = Window.partitionBy("w_id", "key")
     return (

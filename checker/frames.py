@@ -1,16 +1,22 @@
 """The derived frames every check reads: completions paired with their invokes, txn ops and
-participants exploded, probes, DDL acks and final reads.
+participants exploded (and placed in the catalog), probes, DDL acks and final reads.
 
 Pairing uses Jepsen's rule (an invoke is followed by exactly one completion of the same process),
-so a lag over a window per process finds each completion's invoke without a self-join.
+so a lag over a window per process finds each completion's invoke without a self-join. Only a
+light projection of each event takes part (no ops, rows or participants), so the one shuffle of
+the analysis moves a few columns; the heavy frames come straight from the completion events,
+which carry everything the checks of ops and participants need.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from checker.catalog_index import CatalogIndex
 
 SCHEMA_ERRORS = (
     "SCHEMA_VERSION_MISMATCH",
@@ -18,6 +24,7 @@ SCHEMA_ERRORS = (
     "TABLE_DROPPED",
     "TABLE_NOT_FOUND",
 )
+COMPLETION_TYPES = ("ok", "fail", "info")
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class RunFrames:
 
     events: DataFrame
     completions: DataFrame
+    unpaired: DataFrame
     txns: DataFrame
     ops: DataFrame
     participants: DataFrame
@@ -35,108 +43,121 @@ class RunFrames:
     table_reads: DataFrame
     index_reads: DataFrame
     nemesis: DataFrame
+    persisted: tuple[DataFrame, ...]
 
 
-def build_frames(events: DataFrame) -> RunFrames:
-    """Derive the frames from validated events (columns of checker.ingest).
+def _light(client: DataFrame) -> DataFrame:
+    """The few small fields of every client event that pairing and the light checks need."""
+    v = F.col("value")
+    return client.select(
+        "index",
+        "time",
+        "type",
+        "process",
+        "f",
+        "node",
+        F.col("error.code").alias("error_code"),
+        v.txn_id.alias("txn_id"),
+        v.begin_ts.alias("begin_ts"),
+        v.commit_ts.alias("commit_ts"),
+        v.tables.alias("tables"),
+        v.ts.alias("v_ts"),
+        v.table.alias("v_table"),
+        v.catalog_version.alias("catalog_version"),
+        v.table_schema_version.alias("table_sv"),
+        v.activation_ts.alias("activation_ts"),
+        v.stmt.alias("v_stmt"),
+        v.kind.alias("v_kind"),
+        v.safe_time_waits.alias("safe_time_waits"),
+    )
 
-    `completions` and `ops` are persisted (every check reads them); call `release` when done.
-    """
-    client = events.where(F.col("process") != "nemesis")
+
+def _paired(client: DataFrame) -> DataFrame:
+    """Every client completion with its invoke's index, time and small value fields, and
+    whether it has one (`paired`)."""
     w = Window.partitionBy("process").orderBy("index")
-    paired = client.select(
+    lagged = _light(client).select(
         "*",
         F.lag("type").over(w).alias("_pt"),
         F.lag("f").over(w).alias("_pf"),
         F.lag("index").over(w).alias("invoke_index"),
         F.lag("time").over(w).alias("invoke_time"),
-        F.lag("value").over(w).alias("invoke_value"),
+        F.lag("v_ts").over(w).alias("asked_ts"),
+        F.lag("v_table").over(w).alias("invoke_table"),
+        F.lag("v_stmt").over(w).alias("invoke_stmt"),
+        F.lag("v_kind").over(w).alias("invoke_kind"),
     )
-    completions = (
-        paired.where(
-            F.col("type").isin("ok", "fail", "info")
-            & (F.col("_pt") == "invoke")
-            & (F.col("_pf") == F.col("f"))
-        )
-        .drop("_pt", "_pf")
+    paired = (F.col("_pt") == "invoke") & (F.col("_pf") == F.col("f"))
+    return (
+        lagged.where(F.col("type").isin(*COMPLETION_TYPES))
+        .withColumn("paired", F.coalesce(paired, F.lit(False)))
         .withColumn("latency_ns", F.col("time") - F.col("invoke_time"))
-        .withColumn("error_code", F.col("error.code"))
-        .persist()
+        .drop("_pt", "_pf")
     )
 
-    txns = completions.where(F.col("f") == "txn").select(
+
+def _succeeded() -> Column:
+    # An op succeeded when the txn committed, or the commit was reached (commit_ts set), or a
+    # later op ran after it; the last executed op of an aborted txn may have failed.
+    reached_commit = (F.col("type") == "ok") | F.col("commit_ts").isNotNull()
+    return reached_commit | (F.col("pos") < F.col("last_exec"))
+
+
+def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
+    """Every executed op of every txn completion, with the txn's I and base_ts for its table
+    and (with a clock) `t_id`/`t_sv`/`t_since`: the enlisted table in cat(op_ts)."""
+    last_exec = F.expr(
+        "array_max(transform(coalesce(value.ops, array()), "
+        "(o, i) -> if(o.op_ts is not null, i, -1)))"
+    )
+    exploded = txn_events.select(
         "index",
         "type",
-        "node",
         "time",
-        "invoke_time",
-        "invoke_index",
-        "error_code",
         F.col("value.txn_id").alias("txn_id"),
-        F.col("value.begin_ts").alias("begin_ts"),
         F.col("value.commit_ts").alias("commit_ts"),
         F.col("value.tables").alias("tables"),
-        F.col("value.participants").alias("participants"),
-        F.col("value.ops").alias("ops"),
-        F.col("invoke_value.ops").alias("invoke_ops"),
-        F.expr(
-            "array_max(transform(coalesce(value.ops, array()), "
-            "(o, i) -> if(o.op_ts is not null, i, -1)))"
-        ).alias("last_exec"),
+        last_exec.alias("last_exec"),
+        F.posexplode("value.ops").alias("pos", "o"),
+    ).where(F.col("o.op_ts").isNotNull())
+    entry = F.element_at("tables", F.col("o.table"))
+    ops = exploded.select(
+        "index",
+        "type",
+        "txn_id",
+        "commit_ts",
+        "time",
+        "pos",
+        F.col("o.op").alias("op"),
+        F.col("o.table").alias("table"),
+        F.col("o.key").alias("key"),
+        F.col("o.row").alias("row"),
+        F.col("o.result").alias("result"),
+        F.col("o.index").alias("index_name"),
+        F.col("o.op_ts").alias("op_ts"),
+        F.col("o.node").alias("op_node"),
+        F.col("o.schema_version").alias("op_sv"),
+        entry.getField("schema_version").alias("txn_sv"),
+        entry.getField("base_ts").alias("base_ts"),
+        _succeeded().alias("succeeded"),
     )
+    if cat.clock_free:
+        return ops
+    return cat.with_enlisted_table(ops, "op_ts")
 
-    ops = (
-        txns.select(
-            "index",
-            "type",
-            "txn_id",
-            "commit_ts",
-            "tables",
-            "last_exec",
-            "time",
-            "invoke_time",
-            F.posexplode("ops").alias("pos", "op"),
-        )
-        .where(F.col("op.op_ts").isNotNull())
+
+def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
+    """One row per participant of each txn that reached its commit, with (with a clock) the
+    enlisted table in cat(commit_ts) as `t_id`/`t_sv`/`t_since`."""
+    parts = (
+        txn_events.where(F.col("value.commit_ts").isNotNull())
         .select(
             "index",
             "type",
-            "txn_id",
-            "commit_ts",
-            "time",
-            "invoke_time",
-            "pos",
-            F.col("op.op").alias("op"),
-            F.col("op.table").alias("table"),
-            F.col("op.key").alias("key"),
-            F.col("op.row").alias("row"),
-            F.col("op.result").alias("result"),
-            F.col("op.index").alias("index_name"),
-            F.col("op.op_ts").alias("op_ts"),
-            F.col("op.node").alias("op_node"),
-            F.col("op.schema_version").alias("op_sv"),
-            F.element_at("tables", F.col("op.table")).getField("schema_version").alias("txn_sv"),
-            F.element_at("tables", F.col("op.table")).getField("base_ts").alias("base_ts"),
-            # An op succeeded when the txn committed, or the commit was reached (commit_ts set),
-            # or a later op ran after it; the last executed op of an aborted txn may have failed.
-            (
-                (F.col("type") == "ok")
-                | F.col("commit_ts").isNotNull()
-                | (F.col("pos") < F.col("last_exec"))
-            ).alias("succeeded"),
-        )
-        .persist()
-    )
-
-    participants = (
-        txns.where(F.col("commit_ts").isNotNull())
-        .select(
-            "index",
-            "type",
-            "txn_id",
-            "commit_ts",
-            "tables",
-            F.posexplode("participants").alias("ppos", "p"),
+            F.col("value.txn_id").alias("txn_id"),
+            F.col("value.commit_ts").alias("commit_ts"),
+            F.col("value.tables").alias("tables"),
+            F.posexplode("value.participants").alias("ppos", "p"),
         )
         .select(
             "index",
@@ -151,6 +172,38 @@ def build_frames(events: DataFrame) -> RunFrames:
             F.element_at("tables", F.col("p.table")).getField("base_ts").alias("base_ts"),
         )
     )
+    if cat.clock_free:
+        return parts
+    return cat.with_enlisted_table(parts, "commit_ts")
+
+
+def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
+    """Derive the frames from validated events (columns of checker.ingest).
+
+    `completions`, `ops` and `participants` are persisted (several checks read each, and the
+    ops are the bulk of a history); call `release` when done.
+    """
+    client = events.where(F.col("process") != "nemesis")
+    all_completions = _paired(client).persist(StorageLevel.MEMORY_AND_DISK)
+    completions = all_completions.where(F.col("paired"))
+    unpaired = all_completions.where(~F.col("paired")).select("index", "process", "f")
+
+    txns = completions.where(F.col("f") == "txn").select(
+        "index",
+        "type",
+        "node",
+        "time",
+        "invoke_time",
+        "invoke_index",
+        "error_code",
+        "txn_id",
+        "begin_ts",
+        "commit_ts",
+        "tables",
+    )
+    txn_events = client.where((F.col("f") == "txn") & F.col("type").isin(*COMPLETION_TYPES))
+    ops = _ops(txn_events, cat).persist(StorageLevel.MEMORY_AND_DISK)
+    participants = _participants(txn_events, cat).persist(StorageLevel.MEMORY_AND_DISK)
 
     txn_tables = txns.select(
         "index",
@@ -181,12 +234,12 @@ def build_frames(events: DataFrame) -> RunFrames:
         "invoke_time",
         "invoke_index",
         "latency_ns",
-        F.col("invoke_value.ts").alias("asked_ts"),
+        "asked_ts",
         # the ok value of a probe does not repeat the table: the invoke names it
-        F.coalesce(F.col("invoke_value.table"), F.col("value.table")).alias("table"),
-        F.col("value.ts").alias("ts"),
-        F.col("value.catalog_version").alias("catalog_version"),
-        F.col("value.table_schema_version").alias("table_sv"),
+        F.coalesce(F.col("invoke_table"), F.col("v_table")).alias("table"),
+        F.col("v_ts").alias("ts"),
+        "catalog_version",
+        "table_sv",
     )
 
     ddls = completions.where((F.col("f") == "ddl") & (F.col("type") == "ok")).select(
@@ -196,22 +249,31 @@ def build_frames(events: DataFrame) -> RunFrames:
         "invoke_time",
         "invoke_index",
         "latency_ns",
-        F.col("invoke_value.stmt").alias("stmt"),
-        F.coalesce(F.col("invoke_value.table"), F.col("value.table")).alias("table"),
-        F.col("invoke_value.kind").alias("kind"),
-        F.col("value.catalog_version").alias("catalog_version"),
-        F.col("value.activation_ts").alias("activation_ts"),
+        F.coalesce(F.col("invoke_stmt"), F.col("v_stmt")).alias("stmt"),
+        F.coalesce(F.col("invoke_table"), F.col("v_table")).alias("table"),
+        F.coalesce(F.col("invoke_kind"), F.col("v_kind")).alias("kind"),
+        "catalog_version",
+        "activation_ts",
     )
 
-    reads = completions.where((F.col("f") == "final-read") & (F.col("type") == "ok"))
-    table_reads = reads.where(F.col("value.index").isNull()).select(
-        "index",
-        "invoke_index",
-        "node",
-        F.col("value.table").alias("table"),
-        F.col("value.ts").alias("ts"),
-        F.col("value.schema_version").alias("read_sv"),
-        F.col("value.rows").alias("rows"),
+    # Final reads are few but carry whole tables: they come from the events, and only their
+    # invoke index from the paired completions.
+    read_invokes = completions.where(F.col("f") == "final-read").select(
+        F.col("index").alias("_ri"), "invoke_index"
+    )
+    reads = client.where((F.col("f") == "final-read") & (F.col("type") == "ok"))
+    table_reads = (
+        reads.where(F.col("value.index").isNull())
+        .select(
+            "index",
+            "node",
+            F.col("value.table").alias("table"),
+            F.col("value.ts").alias("ts"),
+            F.col("value.schema_version").alias("read_sv"),
+            F.col("value.rows").alias("rows"),
+        )
+        .join(F.broadcast(read_invokes), F.col("_ri") == F.col("index"), "left")
+        .drop("_ri")
     )
     index_reads = reads.where(F.col("value.index").isNotNull()).select(
         "index",
@@ -225,6 +287,7 @@ def build_frames(events: DataFrame) -> RunFrames:
     return RunFrames(
         events=events,
         completions=completions,
+        unpaired=unpaired,
         txns=txns,
         ops=ops,
         participants=participants,
@@ -234,10 +297,11 @@ def build_frames(events: DataFrame) -> RunFrames:
         table_reads=table_reads,
         index_reads=index_reads,
         nemesis=nemesis,
+        persisted=(all_completions, ops, participants),
     )
 
 
 def release(frames: RunFrames) -> None:
     """Drop the cached frames of a run."""
-    frames.ops.unpersist()
-    frames.completions.unpersist()
+    for df in frames.persisted:
+        df.unpersist()

@@ -1,9 +1,10 @@
 """history.jsonl into a typed, validated DataFrame with a Parquet copy next to the run.
 
-One JSON parse per run: the text is parsed with explicit schemas (no inference), written to
-`history.parquet/` with a per-line problem column, and validated by aggregating that column, so
-a re-analysis reads Parquet only. Polymorphic fields (rows, results, nemesis values) stay raw
-JSON strings and are parsed where a check needs them.
+One JSON parse per line: the text is parsed with an explicit schema (no inference; a field of the
+wrong type is null, not the whole line), written to `history.parquet/` with a per-line problem
+column, and validated by aggregating that column, so a re-analysis reads Parquet only.
+Polymorphic fields (rows, results) stay raw JSON strings and are parsed where a check needs
+them; a nemesis event's value is kept as its JSON text alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, validate_his
 
 PARQUET_DIR = "history.parquet"
 SOURCE_STAMP = "_source.json"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -81,7 +82,7 @@ LINE_SCHEMA = _struct(
     ("process", S),
     ("f", S),
     ("node", S),
-    ("value", S),
+    ("value", VALUE_SCHEMA),
     ("error", ERROR_SCHEMA),
 )
 
@@ -159,14 +160,19 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
     pid = F.spark_partition_id()
     parsed = text.select(
         F.from_json("value", LINE_SCHEMA).alias("e"),
+        "value",
         pid.alias("_pid"),
         (mid - F.shiftleft(pid.cast("long"), 33)).alias("_pos"),
     )
     is_client = F.col("e.process") != F.lit("nemesis")
-    # The value is parsed once, in its own projection: the problem column reads the parsed
-    # struct (the optimizer does not inline an expensive expression used twice).
+    # The parsed line is its own projection: the problem column reads the parsed struct (the
+    # optimizer does not inline an expensive expression used twice).
     with_value = parsed.select(
-        "e", "_pid", "_pos", F.when(is_client, F.from_json("e.value", VALUE_SCHEMA)).alias("v")
+        "e",
+        "_pid",
+        "_pos",
+        F.when(is_client, F.col("e.value")).alias("v"),
+        F.when(~is_client, F.get_json_object("value", "$.value")).alias("value_json"),
     )
     return with_value.select(
         F.col("e.index").alias("index"),
@@ -176,7 +182,7 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
         F.col("e.f").alias("f"),
         F.col("e.node").alias("node"),
         F.col("v").alias("value"),
-        F.col("e.value").alias("value_json"),
+        "value_json",
         F.col("e.error").alias("error"),
         _problem_expr().alias("_problem"),
         "_pid",

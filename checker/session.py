@@ -32,6 +32,8 @@ def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         # Only the small catalog frames are broadcast, by explicit hints: an automatic broadcast
         # of a side estimated small (an exploded final read) ran out of driver memory at 10^6.
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+        # a field of the wrong type nulls that field, not the whole event (checker.ingest)
+        .config("spark.sql.json.enablePartialResults", "true")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

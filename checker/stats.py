@@ -8,11 +8,11 @@ come back to the driver.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -202,13 +202,13 @@ def _schema_lag(frames: RunFrames, ack_lookup: IntervalLookup) -> dict[str, Any]
 
 
 def _safe_time_waits(frames: RunFrames) -> dict[str, Any]:
-    w = frames.completions.where(F.col("value.safe_time_waits").isNotNull())
+    w = frames.completions.where(F.col("safe_time_waits").isNotNull())
     rows = (
         w.groupBy("node")
         .agg(
-            F.max("value.safe_time_waits.count").alias("count"),
-            F.max("value.safe_time_waits.total_ms").alias("total_ms"),
-            F.max("value.safe_time_waits.max_ms").alias("max_ms"),
+            F.max("safe_time_waits.count").alias("count"),
+            F.max("safe_time_waits.total_ms").alias("total_ms"),
+            F.max("safe_time_waits.max_ms").alias("max_ms"),
         )
         .collect()
     )
@@ -225,30 +225,30 @@ def _safe_time_waits(frames: RunFrames) -> dict[str, Any]:
 def _unavailability(
     frames: RunFrames, nodes: list[str], end_time: int, options: StatsOptions
 ) -> list[dict[str, Any]]:
-    spark = frames.events.sparkSession
-    bounds = spark.createDataFrame(
-        [(n, t) for n in nodes for t in (0, end_time)], "node string, time long"
-    )
-    ok = frames.completions.where((F.col("type") == "ok") & F.col("node").isNotNull()).select(
-        "node", "time"
-    )
-    w = Window.partitionBy("node").orderBy("time")
-    gaps = (
-        ok.unionByName(bounds)
-        .withColumn("prev", F.lag("time").over(w))
-        .where(F.col("time") - F.col("prev") > F.lit(int(options.unavailable_after_s * 1e9)))
-        .orderBy("node", "prev")
-        .limit(MAX_SERIES)
+    """Spans longer than the threshold in which a node completed no op successfully.
+
+    A gap longer than the threshold T never lies inside one T-wide bucket of time, so the first
+    and last success of each bucket per node (an aggregate combined before any shuffle) is all
+    the driver needs to find every such gap exactly."""
+    threshold = max(1, int(options.unavailable_after_s * 1e9))
+    ok = frames.completions.where((F.col("type") == "ok") & F.col("node").isNotNull())
+    buckets = (
+        ok.groupBy("node", F.expr(f"time div {threshold}L").alias("bucket"))
+        .agg(F.min("time").alias("first"), F.max("time").alias("last"))
         .collect()
     )
+    spans: dict[str, list[tuple[int, int]]] = {n: [(0, 0), (end_time, end_time)] for n in nodes}
+    for r in buckets:
+        spans.setdefault(str(r["node"]), []).append((int(r["first"]), int(r["last"])))
+    gaps = []
+    for node in sorted(spans):
+        ordered = sorted(spans[node])
+        for (_, prev), (nxt, _) in itertools.pairwise(ordered):
+            if nxt - prev > threshold:
+                gaps.append((node, prev, nxt))
     return [
-        {
-            "node": r["node"],
-            "from_s": int(r["prev"]) / 1e9,
-            "to_s": int(r["time"]) / 1e9,
-            "duration_s": (int(r["time"]) - int(r["prev"])) / 1e9,
-        }
-        for r in gaps
+        {"node": node, "from_s": prev / 1e9, "to_s": nxt / 1e9, "duration_s": (nxt - prev) / 1e9}
+        for node, prev, nxt in gaps[:MAX_SERIES]
     ]
 
 

@@ -7,18 +7,34 @@ table version moved (option 3), and fail a commit across a change that `schemasy
 judges not forward compatible. A scripted tail after the random workload sets up every class's
 near-miss (a txn begun before a DDL ack, probes just before and after an activation, ...) and is
 where a requested fault is injected, so a correct history must pass and a faulty one must fail.
+
+A read returns what a snapshot read at its op_ts sees: the txn's own last write of the key, else
+the latest write committed before op_ts among the txns simulated so far (txns are simulated whole,
+in begin order: a txn begun later that commits before op_ts is not seen), upgraded by column id
+to the txn's schema (which is the schema at op_ts: the op fails otherwise). Such a row always
+conforms: upgrade() yields exactly the schema's columns (no dropped one; a missing one as its
+default); types only widen (INT32 -> INT64) and values are small; a column a stored row lacks (added
+later, or not in a row made just before a rename) is a nullable added one, and c2, the one NOT NULL
+column, is in every write (it is never dropped or renamed). tests/test_synth_stream.py checks it.
+
+Generation streams: events are emitted out of time order (a DDL's ack ahead of its invoke, a txn's
+completion at its end), so the model buffers them in a heap and writes those below a floor that no
+later event can precede (`ClusterModel.settle`), keeping memory flat at 10^7 events.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import heapq
+import io
 import json
+import os
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from schemasync.compat import forward_compatible_json
 
@@ -44,6 +60,7 @@ PARTITIONS = 4
 DD_MS = 500
 CSMAX_MS = 500
 START_WALL_MS = 1_700_000_000_000
+WRITE_CHUNK = 10_000  # history lines per file write
 
 
 def expected_classes(fault: str | None) -> set[str]:
@@ -65,14 +82,44 @@ class _Txn:
     touched: set[tuple[str, int]] = field(default_factory=set)
 
 
-class ClusterModel:
-    """A correct cluster as a pure simulation; events are recorded with controller time."""
+Writes = list[tuple[int, int, dict[int, Any] | None]]
+# A committed write of one key as (commit_ts, seq, values by column id or None for a delete).
+Version = tuple[int, int, dict[int, Any] | None]
 
-    def __init__(self, seed: int) -> None:
+
+def _order(v: Version) -> tuple[int, int]:
+    return v[0], v[1]
+
+
+def _commit_ts(v: Version) -> int:
+    return v[0]
+
+
+class ClusterModel:
+    """A correct cluster as a pure simulation; events are recorded with controller time.
+
+    Events go to `history` in (time, emission order), catalog versions to `catalog`, as `settle`
+    and `close` release them (both default to in-memory buffers, for tests of the model alone).
+    """
+
+    def __init__(
+        self, seed: int, history: TextIO | None = None, catalog: TextIO | None = None
+    ) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
-        self.records: list[tuple[int, int, dict[str, Any]]] = []
-        self.seq = 0
+        self.history_out = history if history is not None else io.StringIO()
+        self.catalog_out = catalog if catalog is not None else io.StringIO()
+        # Emitted, not yet written events as a heap of (time, seq, event): seq breaks time ties in
+        # emission order, as the former sort of all events did.
+        self.buffer: list[tuple[int, int, dict[str, Any]]] = []
+        self.seq = 0  # events emitted
+        self.written = 0  # events written; the next one's index
+        self.lines: list[str] = []  # written events not yet passed to history_out
+        self.floor = 0  # no event may be emitted before this time any more (emit checks)
+        self.last_event: dict[str, Any] = {}
+        # Catalog versions from evicted + 1 on; older ones are in catalog_out already. `acts`
+        # (every version's activation) stays whole: it is small and indexed by version.
+        self.evicted = 0
         self.catalog: list[dict[str, Any]] = [
             {
                 "catalog_version": 1,
@@ -84,14 +131,22 @@ class ClusterModel:
             }
         ]
         self.acts = [0]
-        self.incompat: dict[int, list[int]] = {}  # table id -> versions of incompatible steps
+        # table id -> versions of incompatible steps, ascending (searched by bisect in commit)
+        self.incompat: dict[int, list[int]] = {}
         self.store: dict[tuple[int, int], dict[int, Any]] = {}
         self.next_process = 0
         self.next_table_id = 1
         self.next_column_id = 1
         self.txn_counter = 0
         self.last_ack_t = 0
-        self.pending: list[tuple[int, int, list]] = []
+        # Committed writes not yet in `store` (it changes only at flush()): a heap by
+        # (commit_ts, seq), and `settled`, the net effect per key of those that can no longer be
+        # preceded by a later commit, so memory stays bounded by the key space. `pending_keys`
+        # indexes the pending heap by key, each key's versions in (commit_ts, seq) order, so a
+        # read finds what it sees without a scan (`visible`).
+        self.pending: list[tuple[int, int, Writes]] = []
+        self.pending_keys: dict[tuple[int, int], list[Version]] = {}
+        self.settled: dict[tuple[int, int], dict[int, Any] | None] = {}
 
     # -- clock and catalog ----------------------------------------------------------------------
     @staticmethod
@@ -104,7 +159,13 @@ class ClusterModel:
         return ((ts >> 16) - START_WALL_MS) * MS + ((ts & 0xFFFF) * MS + 65534) // 65535
 
     def cat_at(self, ts: int) -> dict[str, Any]:
-        return self.catalog[bisect.bisect_right(self.acts, ts) - 1]
+        return self.version(bisect.bisect_right(self.acts, ts))
+
+    def version(self, v: int) -> dict[str, Any]:
+        """Catalog version v; it must not have been evicted by settle()."""
+        if v <= self.evicted:
+            raise LookupError(f"catalog version {v} was evicted; only {self.evicted + 1}+ remain")
+        return self.catalog[v - 1 - self.evicted]
 
     def latest(self) -> dict[str, Any]:
         return self.catalog[-1]
@@ -114,8 +175,49 @@ class ClusterModel:
         return self.next_process - 1
 
     def emit(self, t: int, event: dict[str, Any]) -> None:
-        self.records.append((t, self.seq, event))
+        if t < self.floor:
+            raise AssertionError(f"event at {t} below the written floor {self.floor}: {event}")
+        heapq.heappush(self.buffer, (t, self.seq, event))
         self.seq += 1
+        self.last_event = event
+
+    def settle(self, floor: int) -> None:
+        """Release what nothing emitted from `floor` on can change (the caller guarantees nothing
+        is emitted earlier; emit checks): events before it are written in (time, seq) order,
+        commits before it settle (a later commit_ts sorts after them), and catalog versions older
+        than the one before the version active at `floor` are written and dropped (a probe may
+        read at an activation - 1, in the version before)."""
+        self.floor = max(self.floor, floor)
+        self._write_events(self.floor)
+        self._settle_commits(self.ts(self.floor))
+        oldest_needed = bisect.bisect_right(self.acts, self.ts(self.floor)) - 1
+        if oldest_needed - 1 > self.evicted:
+            self._write_catalog(oldest_needed - 1 - self.evicted)
+
+    def close(self) -> None:
+        """Write every buffered event and catalog version; nothing may be emitted after it."""
+        self._write_events(None)
+        self.history_out.write("".join(self.lines))
+        self.lines.clear()
+        self._write_catalog(len(self.catalog))
+        self.floor = 1 << 63  # a later event would be lost: make emit refuse it
+
+    def _write_events(self, below: int | None) -> None:
+        while self.buffer and (below is None or self.buffer[0][0] < below):
+            t, _, ev = heapq.heappop(self.buffer)
+            self.lines.append(
+                json.dumps({"index": self.written, "time": t, **ev}, separators=(",", ":")) + "\n"
+            )
+            self.written += 1
+            if len(self.lines) >= WRITE_CHUNK:
+                self.history_out.write("".join(self.lines))
+                self.lines.clear()
+
+    def _write_catalog(self, n: int) -> None:
+        for line in self.catalog[:n]:
+            self.catalog_out.write(json.dumps(line, separators=(",", ":")) + "\n")
+        del self.catalog[:n]
+        self.evicted += n
 
     def add_version(self, t: int, ddl: str, tables: dict[str, Any]) -> dict[str, Any]:
         """Append catalog version v+1 made at controller time t; activation = Tm + DD."""
@@ -142,8 +244,10 @@ class ClusterModel:
 
     def ddl(
         self, t: int, stmt: str, table: str, kind: str, tables: dict[str, Any], node: str = "n1"
-    ) -> tuple[dict[str, Any], int, int]:
-        """Invoke at t, version made at t + 1 ms, ack once HLC > ceil(activation + CSmax)."""
+    ) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        """Invoke at t, version made at t + 1 ms, ack once HLC > ceil(activation + CSmax).
+
+        Returns the version, the ack's time and the ack event (a fault may still edit it)."""
         p = self.process()
         self.emit(
             t,
@@ -171,7 +275,7 @@ class ClusterModel:
         }
         self.emit(ack_t, event)
         self.last_ack_t = max(self.last_ack_t, ack_t)
-        return line, ack_t, len(self.records) - 1
+        return line, ack_t, event
 
     def tables_copy(self) -> dict[str, Any]:
         return copy.deepcopy(self.latest()["tables"])
@@ -276,7 +380,7 @@ class ClusterModel:
             return False
         i_tbl = self.table_version(txn.ids[table], txn.tables[table]["base_ts"])
         if op == "r":
-            stored = self.store.get((txn.ids[table], key))
+            stored = self.visible(txn, txn.ids[table], key, op_ts)
             rec["result"] = None if stored is None else self.upgrade(stored, i_tbl)
         elif op == "w":
             assert row is not None
@@ -289,6 +393,25 @@ class ClusterModel:
         txn.touched.add((table, self.partition(key)))
         txn.ops.append(rec)
         return True
+
+    def visible(self, txn: _Txn, table_id: int, key: int, op_ts: int) -> dict[int, Any] | None:
+        """The stored row (by column id, None if absent) a read of `txn` at op_ts sees: its own
+        last write of the key, else the last write committed before op_ts."""
+        k = (table_id, key)
+        for tid, wkey, by_id in reversed(txn.writes):
+            if (tid, wkey) == k:
+                return by_id
+        # settled and store hold only commits before ts(floor): all visible at op_ts from there.
+        if op_ts < self.ts(self.floor):
+            raise AssertionError(f"read at {op_ts} below the settled floor {self.ts(self.floor)}")
+        versions = self.pending_keys.get(k)
+        if versions:
+            i = bisect.bisect_left(versions, op_ts, key=_commit_ts)
+            if i:
+                return versions[i - 1][2]
+        if k in self.settled:
+            return self.settled[k]
+        return self.store.get(k)
 
     def table_version(self, table_id: int, ts: int) -> dict[str, Any]:
         cat = self.cat_at(ts)
@@ -303,7 +426,10 @@ class ClusterModel:
             if not any(x["id"] == tid for x in cat["tables"].values()):
                 ok = False
             base_v = self.cat_at(info["base_ts"])["catalog_version"]
-            if any(base_v < v <= cat["catalog_version"] for v in self.incompat.get(tid, ())):
+            # Is an incompatible step in (base_v, commit version]? A scan grew with the run.
+            steps = self.incompat.get(tid, [])
+            i = bisect.bisect_right(steps, base_v)
+            if i < len(steps) and steps[i] <= cat["catalog_version"]:
                 ok = False
         participants = []
         for name, part in sorted(txn.touched):
@@ -328,7 +454,11 @@ class ClusterModel:
             return False
         if outcome == "ok" or self.rng.random() < 0.5:
             # Applied in commit order by flush(): txns are simulated in start order.
-            self.pending.append((commit_ts, self.seq, txn.writes))
+            heapq.heappush(self.pending, (commit_ts, self.seq, txn.writes))
+            net = {(tid, key): by_id for tid, key, by_id in txn.writes}
+            for k, by_id in net.items():
+                versions = self.pending_keys.setdefault(k, [])
+                bisect.insort(versions, (commit_ts, self.seq, by_id), key=_order)
         err = None if outcome == "ok" else ("TIMEOUT", "commit reply lost")
         self.finish(txn, t, outcome, commit_ts=commit_ts, participants=participants, error=err)
         return True
@@ -396,13 +526,31 @@ class ClusterModel:
 
     def flush(self) -> None:
         """Apply committed writes to the store in commit_ts order."""
-        for _, _, writes in sorted(self.pending, key=lambda p: (p[0], p[1])):
+        self._settle_commits(None)
+        # Each write replaces or deletes its whole key, so the net effect per key is the same as
+        # replaying them (and nothing depends on the store's iteration order).
+        for k, by_id in self.settled.items():
+            if by_id is None:
+                self.store.pop(k, None)
+            else:
+                self.store[k] = dict(by_id)
+        self.settled.clear()
+
+    def _settle_commits(self, below_ts: int | None) -> None:
+        """Fold pending commits with commit_ts < below_ts (all if None), in order, into settled."""
+        while self.pending and (below_ts is None or self.pending[0][0] < below_ts):
+            commit_ts, seq, writes = heapq.heappop(self.pending)
             for tid, key, by_id in writes:
-                if by_id is None:
-                    self.store.pop((tid, key), None)
+                self.settled[(tid, key)] = by_id
+            # The heap pops in (commit_ts, seq) order, so this commit is first of each of its keys.
+            for k in {(tid, key) for tid, key, _ in writes}:
+                versions = self.pending_keys[k]
+                if _order(versions[0]) != (commit_ts, seq):
+                    raise AssertionError(f"pending versions of {k} out of order: {versions[0]}")
+                if len(versions) == 1:
+                    del self.pending_keys[k]
                 else:
-                    self.store[(tid, key)] = dict(by_id)
-        self.pending.clear()
+                    del versions[0]
 
     # -- output -----------------------------------------------------------------------------------
     def final_reads(self, t: int, drop_entry: bool = False, orphan_entry: bool = False) -> int:
@@ -471,46 +619,6 @@ class ClusterModel:
                 t += 2 * MS
         return t
 
-    def write(self, run_dir: Path, clock: str = "hlc") -> int:
-        """Write history.jsonl, catalog.jsonl and run.json; returns the number of events."""
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.records.sort(key=lambda r: (r[0], r[1]))
-        with open(run_dir / "history.jsonl", "w", encoding="utf-8") as f:
-            chunk = []
-            for i, (t, _, ev) in enumerate(self.records):
-                chunk.append(json.dumps({"index": i, "time": t, **ev}, separators=(",", ":")))
-                if len(chunk) >= 10000:
-                    f.write("\n".join(chunk) + "\n")
-                    chunk = []
-            if chunk:
-                f.write("\n".join(chunk) + "\n")
-        with open(run_dir / "catalog.jsonl", "w", encoding="utf-8") as f:
-            for line in self.catalog:
-                f.write(json.dumps(line, separators=(",", ":")) + "\n")
-        run = {
-            "test": "synthetic",
-            "seed": self.seed,
-            "backend": "local",
-            "target": "synthetic",
-            "clock": clock,
-            "nodes": list(NODES),
-            "voters": list(NODES),
-            "learners": [],
-            "config": {
-                "delay_duration_ms": DD_MS,
-                "max_clock_skew_ms": CSMAX_MS,
-                "idle_safe_time_interval_ms": 250,
-                "toggles": [],
-                "rename_column_compatible": True,
-            },
-            "nemesis": {"kinds": ["partition"]},
-            "workload": {"name": "synthetic"},
-            "start_wall_ms": START_WALL_MS,
-            "harness_version": "synth",
-        }
-        (run_dir / "run.json").write_text(json.dumps(run, indent=1) + "\n")
-        return len(self.records)
-
 
 def generate_run(
     run_dir: Path, seed: int, events: int = 400, fault: str | None = None, clock: str = "hlc"
@@ -518,12 +626,47 @@ def generate_run(
     """Write a run directory of about `events` events (at least the scripted tail's ~150)."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
-    m = ClusterModel(seed)
-    t = _setup(m)
-    t = _workload(m, t, events)
-    t = _tail(m, t, fault)
-    m.write(run_dir, clock)
-    return len(m.records)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Written under temporary names: a history.jsonl present is a complete one (the benchmark
+    # reuses an existing history rather than regenerating it).
+    names = ("history.jsonl", "catalog.jsonl")
+    with (
+        open(run_dir / f"{names[0]}.part", "w", encoding="utf-8") as history,
+        open(run_dir / f"{names[1]}.part", "w", encoding="utf-8") as catalog,
+    ):
+        m = ClusterModel(seed, history, catalog)
+        t = _setup(m)
+        t = _workload(m, t, events)
+        _tail(m, t, fault)
+        m.close()
+    for name in names:
+        os.replace(run_dir / f"{name}.part", run_dir / name)
+    (run_dir / "run.json").write_text(json.dumps(_run_json(seed, clock), indent=1) + "\n")
+    return m.seq
+
+
+def _run_json(seed: int, clock: str) -> dict[str, Any]:
+    return {
+        "test": "synthetic",
+        "seed": seed,
+        "backend": "local",
+        "target": "synthetic",
+        "clock": clock,
+        "nodes": list(NODES),
+        "voters": list(NODES),
+        "learners": [],
+        "config": {
+            "delay_duration_ms": DD_MS,
+            "max_clock_skew_ms": CSMAX_MS,
+            "idle_safe_time_interval_ms": 250,
+            "toggles": [],
+            "rename_column_compatible": True,
+        },
+        "nemesis": {"kinds": ["partition"]},
+        "workload": {"name": "synthetic"},
+        "start_wall_ms": START_WALL_MS,
+        "harness_version": "synth",
+    }
 
 
 def _setup(m: ClusterModel) -> int:
@@ -577,14 +720,19 @@ def _workload(m: ClusterModel, t: int, events: int) -> int:
     n_added = 0
     healed = False
     budget = max(0, events - 160)
-    while len(m.records) < budget:
+    while m.seq < budget:
         workers.sort()
         start, proc = workers.pop(0)
+        # Nothing is emitted before `start` from here on: the other workers resume later, DDLs
+        # come at next_ddl or later, the tail after every worker. (The unhealed stop-partition
+        # at `t` below is only reached if this loop never ran: each pass adds 2 events after the
+        # healing check, so the loop cannot end before crossing budget // 2 there.)
+        m.settle(min(start, next_ddl))
         # DDLs are made ahead of the longest txn, so every op sees the catalog of its ts.
         while next_ddl <= start + 1500 * MS:
             n_added = _random_ddl(m, next_ddl, n_added)
             next_ddl += rng.randint(1200, 1800) * MS
-        if not healed and len(m.records) > budget // 2:
+        if not healed and m.seq > budget // 2:
             m.emit(
                 start, {"type": "info", "process": "nemesis", "f": "stop-partition", "value": {}}
             )
@@ -683,7 +831,10 @@ def _random_txn(m: ClusterModel, t: int, proc: int, node: str) -> tuple[int, int
 
 
 def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
-    """The scripted end of every run: one near-miss per class, and the injected fault."""
+    """The scripted end of every run: one near-miss per class, and the injected fault.
+
+    It never settles: its faults edit events and the catalog after they are emitted, so all of
+    them must still be buffered until close()."""
     t = max(t, m.last_ack_t + MS)
     m.flush()
     # Rows the tail reads: two keys of t2 in different partitions, and fresh keys of t3.
@@ -724,7 +875,7 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
     if fault == "ap-violation":
         answer = {
             "catalog_version": old_v,
-            "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
+            "table_schema_version": m.version(old_v)["tables"]["t2"]["schema_version"],
         }
     m.probe(ack_a + 5 * MS, "n2", "t2", act_a + 1, answer)
     # Read-your-DDL: a probe with a null ts after the ack (stale if its node lags).
@@ -734,8 +885,8 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
         stale = {
             "ts": lag_ts,
             "catalog_version": old_v,
-            "table_schema_version": m.catalog[old_v - 1]["tables"]["t2"]["schema_version"],
-            "columns": m.catalog[old_v - 1]["tables"]["t2"]["columns"],
+            "table_schema_version": m.version(old_v)["tables"]["t2"]["schema_version"],
+            "columns": m.version(old_v)["tables"]["t2"]["columns"],
         }
     m.probe(ack_a + 10 * MS, "n3", "t2", None, stale)
     y = m.begin(ack_a + 20 * MS, "n1")
@@ -746,7 +897,7 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
     # An incompatible DDL on t2 (a default change) and a txn committing across it.
     tables = m.tables_copy()
     next(c for c in m.bump(tables, "t2")["columns"] if c["name"] == "c2")["default"] = "tail"
-    line_b, ack_b, ack_b_pos = m.ddl(
+    line_b, ack_b, ack_b_event = m.ddl(
         t,
         "ALTER TABLE t2 ALTER COLUMN c2 SET DEFAULT 'tail'",
         "t2",
@@ -766,10 +917,10 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
     m.op(mx, t + 2 * MS, "r", "t2", k_b)
     m.commit(mx, t + 3 * MS)
     if fault == "mixed-schema-commit":
-        final = m.records[-1][2]
+        final = m.last_event
         final["value"]["participants"][0]["commit_schema_version"] -= 1
     if fault == "schema-conformance":
-        final = m.records[-1][2]
+        final = m.last_event
         final["value"]["ops"][0]["result"] = {
             **(final["value"]["ops"][0]["result"] or {}),
             "ghost": 7,
@@ -790,12 +941,11 @@ def _tail(m: ClusterModel, t: int, fault: str | None) -> int:
         m.flush()
         m.store.pop((tbl3["id"], 7001))
     if fault == "lost-ddl":
-        ev = m.records[ack_b_pos][2]
-        ev["value"]["activation_ts"] += 1
+        ack_b_event["value"]["activation_ts"] += 1
     t += 20 * MS
     t = m.final_reads(t, fault == "index-missing", fault == "index-orphan")
     if fault == "activation-order":
-        last = copy.deepcopy(m.catalog[-1])
+        last = copy.deepcopy(m.latest())
         last["catalog_version"] += 1
         last["activation_ts"] -= 1
         last["ddl"] = "ALTER INDEX i1 SET STATE AVAILABLE"

@@ -131,3 +131,32 @@ def test_bad_catalog_line_names_line_and_field(tmp_path: Path) -> None:
     with pytest.raises(ContractError) as e:
         read_catalog_lines(run)
     assert str(e.value) == "catalog.jsonl line 3: field 'tables.t1.schema_version': missing"
+
+
+@pytest.mark.spark
+def test_completion_without_its_invoke_makes_the_verdict_unknown(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    # A near-miss history (valid) whose second DDL lost its invoke: the completion now follows
+    # another completion of its process, which breaks Jepsen's pairing.
+    run = make_run("lost-ddl", tmp_path / "run")
+    text = lines(run)[:2]
+    text.append(edit(lines(run)[3], index=2))
+    write_lines(run, text)
+    results = analyze_run(run, spark=spark, options=PYTHON_PATH)
+    assert results["valid"] == "unknown" and exit_code(results) == 2
+    assert len(results["errors"]) == 1
+    assert "1 completion(s) follow no invoke" in results["errors"][0]
+    assert "first: index 2" in results["errors"][0]
+    # the same history with the invoke in place is valid
+    intact = make_run("lost-ddl", tmp_path / "intact")
+    write_lines(intact, lines(intact)[:4])
+    edited = [
+        edit(x, **{"value": {**json.loads(x)["value"], "activation_ts": 196608000}})
+        if json.loads(x)["index"] == 3
+        else x
+        for x in lines(intact)
+    ]
+    write_lines(intact, edited)
+    assert analyze_run(intact, spark=spark, options=PYTHON_PATH)["valid"] is True

@@ -39,6 +39,12 @@ DEFAULT_TIME_LIMIT_S = 12.0
 # one millisecond after the clock furthest ahead enters the acknowledging millisecond, shorter
 # than the controller's fastest ack-to-probe round trip (see scenarios/hlc-no-round-up.toml).
 RARE = {"hlc-no-round-up"}
+# toggles whose anomaly is a race a short run provokes most of the time, not always: a run that
+# did not provoke it is followed by runs on the next seeds, up to this many runs in all. The
+# final index reads catch skip-index-states only when an index that lasts to the end was raced
+# by a txn begun before it existed: 3 of 4 seeds at 12 s (2026-11-24; the miss dropped its two
+# newest indexes before the end), so three runs all miss it with a chance near 1/64.
+RACY: dict[str, int] = {"skip-index-states": 3}
 
 
 def _detection() -> Any:
@@ -85,12 +91,33 @@ def matrix(
     yield {o.case.name: o for o in outcomes}
 
 
+def _found(outcome: Any) -> bool:
+    # any class the toggle is listed with counts (skip-index-states leaves a missing entry
+    # or an orphan depending on which writer raced the index, both are its anomaly)
+    return bool(outcome.detected or set(outcome.classes) & set(outcome.case.expect))
+
+
+def _retry_racy(outcome: Any, session: Any, store: Path) -> Any:
+    """The first outcome that found the race, over the next seeds (RACY), else the last."""
+    for seed in range(outcome.case.seed + 1, outcome.case.seed + RACY.get(outcome.case.name, 1)):
+        if _found(outcome) or outcome.valid == "unknown":
+            break
+        retry = replace(outcome.case, seed=seed)
+        (outcome,) = detection.run_matrix([retry], store, None, 1, spark=session)
+    return outcome
+
+
 @pytest.mark.docker
 @pytest.mark.spark
 @pytest.mark.timeout(1500)  # the first case also pays for the whole matrix (module fixture)
 @pytest.mark.parametrize("name", CASES)
-def test_detection(matrix: dict[str, Any], name: str) -> None:
-    outcome = matrix[name]
+def test_detection(
+    matrix: dict[str, Any],
+    name: str,
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    outcome = _retry_racy(matrix[name], spark, tmp_path)
     where = f"(valid={outcome.valid}, errors={outcome.errors}): {outcome.run_dir}"
     if name == "baseline":
         assert outcome.valid is True, (
@@ -104,10 +131,7 @@ def test_detection(matrix: dict[str, Any], name: str) -> None:
             f"{name}: {outcome.classes} {where}"
         )
         return
-    # any class the toggle is listed with counts (skip-index-states leaves a missing entry
-    # or an orphan depending on which writer raced the index, both are its anomaly)
-    found = set(outcome.classes) & set(outcome.case.expect)
-    assert outcome.detected or found, (
+    assert _found(outcome), (
         f"{name}: expected one of {outcome.case.expect}, found {outcome.classes or 'nothing'} "
         f"{where}"
     )

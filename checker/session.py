@@ -12,6 +12,17 @@ import sys
 from pyspark.sql import SparkSession
 
 
+def driver_memory() -> str:
+    """The driver's heap when CHECKER_DRIVER_MEMORY does not say: a third of this machine's
+    memory, between 2 and 8 GiB (2 GiB ran out of heap pairing 10^7 events; in local mode the
+    executors live in the driver's JVM). A heap grows only as far as the analysis needs."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "2g"
+    return f"{max(2, min(8, total // 3 // 2**30))}g"
+
+
 def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> SparkSession:
     """A SparkSession for `master` (any URL: local[n], local-cluster[...], spark://...)."""
     # Executors started by local-cluster or a standalone master run the same Python as us.
@@ -28,7 +39,7 @@ def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", os.environ.get("CHECKER_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", os.environ.get("CHECKER_DRIVER_MEMORY", driver_memory()))
         # Only the small catalog frames are broadcast, by explicit hints: an automatic broadcast
         # of a side estimated small (an exploded final read) ran out of driver memory at 10^6.
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")

@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, sentence, ts, txt
-from checker.frames import RunFrames
+from checker.explain import anomalies, no_anomalies, sentence, ts, txt
+from checker.frames import RunFrames, bounded_broadcast
 
 
 def _verb() -> F.Column:
@@ -82,8 +82,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     )
     b = anomalies(bad_ops, "ap-violation", ["index"], ["op_node"], op_text)
 
-    parts = frames.participants.where(F.col("commit_sv").isNotNull())
-    bad_parts = parts.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv")))
+    bad_parts = frames.off_participants.where(F.col("commit_sv").isNotNull())
     part_text = sentence(
         "participant ",
         txt("p_node"),
@@ -108,12 +107,18 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Committed txns whose participants report different versions of one table, or not tsv.
 
     Participants that disagree among themselves cannot all equal tsv, so the txns to report
-    are those with one participant off tsv; only theirs are grouped (no shuffle of the rest)."""
-    parts = frames.participants.where(F.col("type") == "ok")
-    off = ~F.col("commit_sv").eqNullSafe(F.col("t_sv"))
-    bad_keys = parts.where(off).select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
-    parts = parts.join(
-        bad_keys.distinct(),
+    are those with one participant off tsv; only theirs are grouped (no shuffle of the rest),
+    and with none off (a correct run) no participant is read again."""
+    bad_keys = (
+        frames.off_participants.where(F.col("type") == "ok")
+        .select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
+        .distinct()
+    )
+    bad_keys, n_bad = bounded_broadcast(bad_keys)
+    if n_bad == 0:
+        return no_anomalies(frames.events.sparkSession)
+    parts = frames.participants.where(F.col("type") == "ok").join(
+        bad_keys,
         (F.col("index") == F.col("_bi")) & (F.col("table") == F.col("_bt")),
         "left_semi",
     )

@@ -11,9 +11,7 @@ from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
 from checker.explain import anomalies, sentence, ts, txt
-from checker.frames import RunFrames
-
-MAX_BROADCAST_INFO = 100_000
+from checker.frames import RunFrames, bounded_broadcast
 
 
 def same_value(a: Column, b: Column) -> Column:
@@ -35,7 +33,10 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         writes = writes.join(invoked, F.col("_ti") == F.col("index")).drop("_ti")
     writes = cat.with_schema_version_of(writes, "op_ts", "table", "txn_sv", "wv")
     writes = cat.with_table(writes, "wv", "table", "w").where(F.col("w_id").isNotNull())
-    last = _last_writes(writes, cat.clock_free)
+    # only what the verdict and its sentence use: the last-write aggregate carries every column
+    kept = ["index", "pos", "txn_id", "commit_ts", "time", "op", "table", "key", "row"]
+    kept += ["op_node", "w_id", "w_sv"] + (["invoke_time"] if cat.clock_free else [])
+    last = _last_writes(writes.select(*kept), cat.clock_free)
 
     # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
     maybe = _unknown_outcome_writes(frames)
@@ -189,10 +190,8 @@ def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
     )
     # Unknown outcomes are rare (a timeout, a lost reply): their invokes are picked out by a
     # broadcast, unless a run has so many that a shuffle is the safer way.
-    few = info.limit(MAX_BROADCAST_INFO + 1).count() <= MAX_BROADCAST_INFO
-    picked = invokes.join(
-        F.broadcast(info) if few else info, F.col("index") == F.col("_ii"), "left_semi"
-    )
+    info, _ = bounded_broadcast(info)
+    picked = invokes.join(info, F.col("index") == F.col("_ii"), "left_semi")
     return (
         picked.select(F.explode("value.ops").alias("o"))
         .where(F.col("o.op").isin("w", "d"))

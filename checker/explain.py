@@ -6,7 +6,7 @@ can union them; timestamps are rendered as `physical_ms:logical`, as people read
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 ANOMALY_SCHEMA = "class string, events array<bigint>, nodes array<string>, explanation string"
@@ -36,6 +36,11 @@ def secs(col: str | Column) -> Column:
 def sentence(*parts: str | Column) -> Column:
     """Concatenate literal strings and columns into one sentence."""
     return F.concat(*(F.lit(p) if isinstance(p, str) else p for p in parts))
+
+
+def no_anomalies(spark: SparkSession) -> DataFrame:
+    """An empty frame of anomalies (a check that knows early it has nothing to report)."""
+    return spark.createDataFrame([], ANOMALY_SCHEMA)
 
 
 def anomalies(

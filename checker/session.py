@@ -45,6 +45,12 @@ def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
         # a field of the wrong type nulls that field, not the whole event (checker.ingest)
         .config("spark.sql.json.enablePartialResults", "true")
+        # The cached frames (paired completions, ops, participants) are built once and read a
+        # few times: compressing them cost more than it saved (ops at 10^7: 35 s -> 24 s).
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
+        # One Parquet file of the ingest per task, so a scan ends with both cores busy rather
+        # than one finishing a 128 MB split alone (ops at 10^7: 24 s -> 19 s).
+        .config("spark.sql.files.maxPartitionBytes", "32m")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -42,9 +42,10 @@ RARE = {"hlc-no-round-up"}
 # toggles whose anomaly is a race a short run provokes most of the time, not always: a run that
 # did not provoke it is followed by runs on the next seeds, up to this many runs in all. The
 # final index reads catch skip-index-states only when an index that lasts to the end was raced
-# by a txn begun before it existed: 3 of 4 seeds at 12 s (2026-11-24; the miss dropped its two
-# newest indexes before the end), so three runs all miss it with a chance near 1/64.
-RACY: dict[str, int] = {"skip-index-states": 3}
+# by a txn begun before it existed: 3 of 4 seeds at 12 s alone (2026-11-24; a miss dropped its
+# newest indexes before the end), fewer beside the rest of the matrix (seeds 1-3 all missed
+# once in the full suite), so up to five runs.
+RACY: dict[str, int] = {"skip-index-states": 5}
 
 
 def _detection() -> Any:

@@ -363,26 +363,46 @@ class CatalogIndex:
 
     def _schemas_frame(self) -> DataFrame:
         """One row per (table id, schema version): its columns by name (-> column id) and by
-        id (-> name, nullable, default as a read shows it), for matching columns across
-        renames without a join per cell."""
+        id (-> name, and the NOT NULL fills up to this version), for matching columns across
+        renames without a join per cell.
+
+        A stored NULL is upgraded one schema version at a time (`schemasync.rows`): the first
+        later version where its column is NOT NULL with a default replaces it with that default,
+        which it keeps through later default or nullability changes. `fills` lists those
+        versions as runs of one default, (last version of the run, default as a read shows it):
+        a NULL written at version w reads as the text of the first run that ends after w."""
         seen: dict[tuple[int, int], tuple[Any, ...]] = {}
+        # per table id: its last schema version seen, and per column id its closed runs and
+        # its open run (default text) if the column is NOT NULL with a default at that version
+        last_sv: dict[int, int] = {}
+        closed: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        open_run: dict[tuple[int, int], str] = {}
         for ta in self.table_rows():
             key = (int(ta.table["id"]), int(ta.table["schema_version"]))
             if key in seen:
                 continue
+            tid, sv = key
+            prev = last_sv.get(tid, sv)
+            last_sv[tid] = sv
             cols = ta.table["columns"]
-            by_id = {
-                int(c["id"]): (str(c["name"]), bool(c["nullable"]), _as_row_text(c.get("default")))
-                for c in cols
-            }
-            seen[key] = (
-                *key,
-                {str(c["name"]): int(c["id"]) for c in cols},
-                by_id,
-            )
+            here = {int(c["id"]) for c in cols}
+            for col in [k for k in open_run if k[0] == tid and k[1] not in here]:
+                closed.setdefault(col, []).append((prev, open_run.pop(col)))  # dropped
+            by_id = {}
+            for c in cols:
+                col = (tid, int(c["id"]))
+                text = _as_row_text(c.get("default"))
+                fill = None if bool(c["nullable"]) or text is None else text
+                if col in open_run and open_run[col] != fill:
+                    closed.setdefault(col, []).append((prev, open_run.pop(col)))
+                if fill is not None:
+                    open_run[col] = fill
+                runs = closed.get(col, []) + ([(sv, fill)] if fill is not None else [])
+                by_id[col[1]] = (str(c["name"]), runs)
+            seen[key] = (*key, {str(c["name"]): int(c["id"]) for c in cols}, by_id)
         schema = (
-            "table_id long, schema_version long, col_ids map<string, long>, "
-            "cols_by_id map<long, struct<name: string, nullable: boolean, default_text: string>>"
+            "table_id long, schema_version long, col_ids map<string, long>, cols_by_id "
+            "map<long, struct<name: string, fills: array<struct<until: long, text: string>>>>"
         )
         return _frame(self.spark, list(seen.values()), schema)
 

@@ -153,9 +153,9 @@ def _first_difference() -> Column:
     value the final row does not show, as 'c = v but the final read has w', or null.
 
     Columns are matched by id: a later rename or widening does not hide a write, and a later
-    drop takes the column out of the comparison. A null written into a column that is NOT NULL
-    by the final read is read as the column's default (rows are upgraded to the reader's
-    schema): not a difference."""
+    drop takes the column out of the comparison. A NULL written into a column that a later
+    version made NOT NULL with a default reads as that default (rows are upgraded one version
+    at a time, see CatalogIndex.schemas): not a difference either."""
     written = F.from_json("row", "map<string,string>")
     final = F.from_json("final_row", "map<string,string>")
     w_ids = F.col("_w_schema.col_ids")
@@ -164,11 +164,12 @@ def _first_difference() -> Column:
     def differs(e: Column) -> Column:
         fc = f_cols[w_ids[e.key]]
         shown = final[fc.getField("name")]
-        defaulted = e.value.isNull() & ~fc.getField("nullable")
+        later = F.filter(fc.getField("fills"), lambda r: r.getField("until") > F.col("w_sv"))
+        filled = F.get(later, 0).getField("text")
         return (
             fc.isNotNull()
             & ~same_value(e.value, shown)
-            & ~(defaulted & same_value(shown, fc.getField("default_text")))
+            & ~(e.value.isNull() & same_value(shown, filled))
         )
 
     def render(e: Column) -> Column:

@@ -574,14 +574,23 @@ class TxnPrimary:
                 continue
             store = self._store(table_id, partition)
             await self._wait_prepared(store, ts)
-            writes = []
-            for key, rv in store.scan(ts):
-                row = row_for_reader(self.ctx.catalogs, table_id, rv, table)
-                writes.append(
-                    IndexWrite(index_id, index_values(to_ids(table, row), cols), key, True)
+            live = {
+                key: index_values(
+                    to_ids(table, row_for_reader(self.ctx.catalogs, table_id, rv, table)), cols
                 )
+                for key, rv in store.scan(ts)
+            }
+            writes = [IndexWrite(index_id, values, key, True) for key, values in live.items()]
+            # A writer that began before REGISTERED activated maintains no entry of the index:
+            # overwriting or deleting a row whose entry a later writer added, it leaves that
+            # entry stale. The index is made to match the rows at ts.
+            writes += [
+                IndexWrite(index_id, e.values, e.key, False)
+                for e in store.index_entries(index_id, ts)
+                if live.get(e.key) != e.values
+            ]
             await store.backfill(writes, ts)
-            total += len(writes)
+            total += len(live)
         log.info("backfill of index %s at %d: %d entries", index.name, ts, total)
         return {"entries": total}
 

@@ -106,3 +106,33 @@ def test_an_index_built_under_writers_has_one_entry_per_row(cluster: LocalCluste
             await c.close()
 
     run(main(), timeout=90)
+
+
+def test_an_old_writer_overwriting_a_maintained_entry_leaves_no_orphan(
+    cluster: LocalCluster,
+) -> None:
+    """A writer that began before CREATE INDEX does not maintain the index; when it overwrites
+    a row whose entry a writer that began after REGISTERED added, the backfill must remove that
+    entry (found in a baseline chaos run: index-orphan)."""
+
+    async def main() -> None:
+        admin = await connect(cluster, "n1")
+        await admin.ddl("CREATE TABLE w2 (v INT32)")
+        await run_txn(admin, [{"op": "w", "table": "w2", "key": 1, "row": {"v": 1}}])
+        old_client = await connect(cluster, "n2")
+        old = await Transaction(old_client).begin()  # it maintains no index of w2
+        created = await admin.ddl("CREATE INDEX w2_v ON w2 (v)")
+        new = await Transaction(admin).begin()
+        assert new.begin_ts is not None and new.begin_ts >= created["activation_ts"]
+        await new.put("w2", 1, {"v": 2})  # maintains w2_v: adds the entry (2, key 1)
+        await new.commit()
+        await old.put("w2", 1, {"v": 3})  # does not remove (2, key 1): it is stale now
+        await old.commit()
+        await wait_state(admin, "w2", "w2_v", "AVAILABLE", 20)
+        rows, entries = await rows_and_entries(admin, "w2", "w2_v", "v")
+        assert rows == {1: 3}
+        assert entries == [(1, 3)]
+        for c in (admin, old_client):
+            await c.close()
+
+    run(main(), timeout=60)

@@ -165,23 +165,51 @@ class SshRemote:
                     raise
                 time.sleep(0.1)
 
-    def run(self, cmd: str, timeout: float = 30.0, check: bool = True) -> CommandResult:
+    def _forget(self, client: paramiko.SSHClient) -> None:
+        """Close a connection that stopped answering, unless another thread already replaced it."""
+        with self._lock:
+            if self._client is client:
+                self._client = None
+        client.close()
+
+    def _open_session(self) -> paramiko.Channel:
+        """A session channel, opened within the connect timeout. sshd runs nothing on a channel it
+        never confirmed, so one retry on a fresh connection is safe; without it a connection
+        whose server side hangs fails every later command."""
         client = self._connect()
-        full = f"{self._sudo}sh -c {_quote(cmd)}" if self._sudo else cmd
-        channel: paramiko.Channel | None = None
         try:
-            _, stdout, stderr = client.exec_command(full, timeout=timeout)
-            channel = stdout.channel
+            return _session(client, self._connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError):
+            self._forget(client)
+        client = self._connect()
+        try:
+            return _session(client, self._connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._forget(client)
+            raise RemoteError(
+                self.name,
+                f"ssh to {self._where()} failed: no session channel within "
+                f"{self._connect_timeout}s on two connections: {e}",
+            ) from e
+
+    def run(self, cmd: str, timeout: float = 30.0, check: bool = True) -> CommandResult:
+        full = f"{self._sudo}sh -c {_quote(cmd)}" if self._sudo else cmd
+        channel = self._open_session()
+        try:
+            channel.settimeout(timeout)
+            channel.exec_command(full)
+            stdout = channel.makefile("rb")
+            stderr = channel.makefile_stderr("rb")
             channel.shutdown_write()
             out = stdout.read().decode(errors="replace")
             err = stderr.read().decode(errors="replace")
             code = channel.recv_exit_status()
         except TimeoutError as e:
-            if channel is not None:
-                channel.close()
             raise RemoteError(self.name, f"command timed out after {timeout}s: {cmd[:200]}") from e
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise RemoteError(self.name, f"ssh to {self._where()} failed: {e}") from e
+        finally:
+            channel.close()
         return check_result(self.name, cmd, CommandResult(code, out, err), check)
 
     def upload(self, local: Path, remote_path: str) -> None:
@@ -220,6 +248,13 @@ class SshRemote:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+def _session(client: paramiko.SSHClient, timeout: float) -> paramiko.Channel:
+    transport = client.get_transport()
+    if transport is None:
+        raise paramiko.SSHException("not connected")
+    return transport.open_session(timeout=timeout)
 
 
 def _quote(cmd: str) -> str:

@@ -84,6 +84,34 @@ def test_ssh_remote_run_upload_download_signal(sshd_hosts, tmp_path: Path) -> No
         remote.close()
 
 
+def _sshd_sessions(container) -> set[str]:
+    """Pids of the unprivileged sshd processes that serve one connection's channels each."""
+    _, out = container.exec_run(["pgrep", "-f", "sshd: root@notty"])
+    return set(out.decode().split())
+
+
+@pytest.mark.docker
+def test_a_hung_connection_is_replaced_and_the_command_runs_once(sshd_hosts) -> None:
+    nodes_file, nodes = sshd_hosts
+    h = load_nodes_file(nodes_file)[1]
+    container = nodes.containers[h.name]
+    remote = SshRemote(h.name, h.host, key_file=h.key, known_hosts=h.known_hosts, connect_timeout=3)
+    before = _sshd_sessions(container)
+    hung: set[str] = set()
+    try:
+        remote.run("rm -f /tmp/ran")
+        hung = _sshd_sessions(container) - before
+        assert len(hung) == 1
+        container.exec_run(["kill", "-STOP", *hung])  # the server side of this connection hangs
+        result = remote.run("echo x >> /tmp/ran; wc -l < /tmp/ran")
+        assert result.stdout.strip() == "1"
+        assert _sshd_sessions(container) - before - hung, "the command ran on a new connection"
+    finally:
+        if hung:
+            container.exec_run(["kill", "-CONT", *hung])
+        remote.close()
+
+
 @pytest.mark.docker
 def test_ssh_refuses_an_unknown_host_key(sshd_hosts) -> None:
     nodes_file, _ = sshd_hosts

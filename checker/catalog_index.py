@@ -362,49 +362,48 @@ class CatalogIndex:
         return _frame(self.spark, rows, schema)
 
     def _schemas_frame(self) -> DataFrame:
-        """One row per (table id, schema version): its columns by name (-> column id) and by
-        id (-> name, and the NOT NULL fills up to this version), for matching columns across
-        renames without a join per cell.
+        """One row per (table id, schema version): its columns by name (-> column id), by id
+        (-> name), and by id the first later version that would fill a NULL stored in it, for
+        matching columns across renames without a join per cell.
 
         A stored NULL is upgraded one schema version at a time (`schemasync.rows`): the first
         later version where its column is NOT NULL with a default replaces it with that default,
-        which it keeps through later default or nullability changes. `fills` lists those
-        versions as runs of one default, (last version of the run, default as a read shows it):
-        a NULL written at version w reads as the text of the first run that ends after w."""
-        seen: dict[tuple[int, int], tuple[Any, ...]] = {}
-        # per table id: its last schema version seen, and per column id its closed runs and
-        # its open run (default text) if the column is NOT NULL with a default at that version
-        last_sv: dict[int, int] = {}
-        closed: dict[tuple[int, int], list[tuple[int, str]]] = {}
-        open_run: dict[tuple[int, int], str] = {}
+        which it keeps through later default or nullability changes. So a NULL written at this
+        version reads, at version f, as `fills[id].text` if `fills[id].at <= f`. Each entry names
+        one version, so the frame grows with versions times columns, not with their square."""
+        by_table: dict[int, list[tuple[int, list[dict[str, Any]]]]] = {}
+        seen: set[tuple[int, int]] = set()
         for ta in self.table_rows():
-            key = (int(ta.table["id"]), int(ta.table["schema_version"]))
-            if key in seen:
-                continue
-            tid, sv = key
-            prev = last_sv.get(tid, sv)
-            last_sv[tid] = sv
-            cols = ta.table["columns"]
-            here = {int(c["id"]) for c in cols}
-            for col in [k for k in open_run if k[0] == tid and k[1] not in here]:
-                closed.setdefault(col, []).append((prev, open_run.pop(col)))  # dropped
-            by_id = {}
-            for c in cols:
-                col = (tid, int(c["id"]))
-                text = _as_row_text(c.get("default"))
-                fill = None if bool(c["nullable"]) or text is None else text
-                if col in open_run and open_run[col] != fill:
-                    closed.setdefault(col, []).append((prev, open_run.pop(col)))
-                if fill is not None:
-                    open_run[col] = fill
-                runs = closed.get(col, []) + ([(sv, fill)] if fill is not None else [])
-                by_id[col[1]] = (str(c["name"]), runs)
-            seen[key] = (*key, {str(c["name"]): int(c["id"]) for c in cols}, by_id)
+            tid, sv = int(ta.table["id"]), int(ta.table["schema_version"])
+            if (tid, sv) not in seen:
+                seen.add((tid, sv))
+                by_table.setdefault(tid, []).append((sv, list(ta.table["columns"])))
+        rows = []
+        for tid, versions in by_table.items():
+            # walk back from the newest version, so each column's next fill is at hand
+            upcoming: dict[int, tuple[int, str]] = {}
+            for sv, cols in sorted(versions, reverse=True):
+                fills = {
+                    int(c["id"]): upcoming[int(c["id"])] for c in cols if int(c["id"]) in upcoming
+                }
+                rows.append(
+                    (
+                        tid,
+                        sv,
+                        {str(c["name"]): int(c["id"]) for c in cols},
+                        {int(c["id"]): str(c["name"]) for c in cols},
+                        fills,
+                    )
+                )
+                for c in cols:
+                    text = _as_row_text(c.get("default"))
+                    if not bool(c["nullable"]) and text is not None:
+                        upcoming[int(c["id"])] = (sv, text)
         schema = (
-            "table_id long, schema_version long, col_ids map<string, long>, cols_by_id "
-            "map<long, struct<name: string, fills: array<struct<until: long, text: string>>>>"
+            "table_id long, schema_version long, col_ids map<string, long>, "
+            "col_names map<long, string>, fills map<long, struct<at: long, text: string>>"
         )
-        return _frame(self.spark, list(seen.values()), schema)
+        return _frame(self.spark, rows, schema)
 
     def _columns_frame(self) -> DataFrame:
         """One row per column of each (table id, schema version): a schema is the same in

@@ -77,12 +77,12 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     written_in = schemas.select(
         F.col("table_id").alias("_ws_id"),
         F.col("schema_version").alias("_ws_sv"),
-        F.struct("col_ids").alias("_w_schema"),
+        F.struct("col_ids", "fills").alias("_w_schema"),
     )
     read_in = schemas.select(
         F.col("table_id").alias("_fs_id"),
         F.col("schema_version").alias("_fs_sv"),
-        F.struct("cols_by_id").alias("_f_schema"),
+        F.struct("col_names").alias("_f_schema"),
     )
     cand = (
         cand.join(
@@ -159,21 +159,22 @@ def _first_difference() -> Column:
     written = F.from_json("row", "map<string,string>")
     final = F.from_json("final_row", "map<string,string>")
     w_ids = F.col("_w_schema.col_ids")
-    f_cols = F.col("_f_schema.cols_by_id")
+    w_fills = F.col("_w_schema.fills")
+    f_names = F.col("_f_schema.col_names")
 
     def differs(e: Column) -> Column:
-        fc = f_cols[w_ids[e.key]]
-        shown = final[fc.getField("name")]
-        later = F.filter(fc.getField("fills"), lambda r: r.getField("until") > F.col("w_sv"))
-        filled = F.get(later, 0).getField("text")
+        name = f_names[w_ids[e.key]]
+        shown = final[name]
+        fill = w_fills[w_ids[e.key]]
+        filled = F.when(fill.getField("at") <= F.col("f_sv"), fill.getField("text"))
         return (
-            fc.isNotNull()
+            name.isNotNull()
             & ~same_value(e.value, shown)
             & ~(e.value.isNull() & same_value(shown, filled))
         )
 
     def render(e: Column) -> Column:
-        shown = final[f_cols[w_ids[e.key]].getField("name")]
+        shown = final[f_names[w_ids[e.key]]]
         return F.concat(
             e.key, F.lit(" = "), txt(e.value), F.lit(" but the final read has "), txt(shown)
         )

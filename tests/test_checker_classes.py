@@ -67,3 +67,42 @@ def test_explanation_names_txn_table_node_versions_and_timestamps(
         "but version 2 was active from 2000:0"
     )
     assert op["nodes"] == ["n3"]
+
+
+def _column_at(sv: int, nullable: bool, default: object) -> dict:
+    cols = [{"id": 1, "name": "k", "type": "INT32", "nullable": False, "default": None}]
+    cols.append({"id": 2, "name": "c", "type": "INT32", "nullable": nullable, "default": default})
+    return {"t": {"id": 1, "schema_version": sv, "columns": cols, "indexes": []}}
+
+
+@pytest.mark.spark
+def test_a_written_null_fills_as_the_system_upgrades_it(spark: SparkSession) -> None:  # noqa: F811
+    """The checker's fill map agrees with `schemasync.rows.upgrade_row` for a NULL written at
+    every version and read at every later one, across SET NOT NULL, default changes, a NOT NULL
+    column without default and DROP NOT NULL."""
+    from checker.catalog_index import CatalogIndex
+    from schemasync.catalog import Table
+    from schemasync.rows import upgrade_row
+
+    # (nullable, default) of column c at schema versions 1..7
+    shapes = [(True, None), (False, 7), (False, 8), (True, 8), (False, None), (False, 9), (True, 9)]
+    lines = [
+        {
+            "catalog_version": sv,
+            "activation_ts": sv * 1000,
+            "safe_ts": 0,
+            "delay_ms": 0,
+            "ddl": "",
+            "tables": _column_at(sv, nullable, default),
+        }
+        for sv, (nullable, default) in enumerate(shapes, start=1)
+    ]
+    cat = CatalogIndex(spark, lines, rename_compatible=False)
+    fills = {r["schema_version"]: r["fills"] for r in cat.schemas.collect()}
+    tables = [Table.from_json(line["tables"]["t"], "t") for line in lines]
+    for w in range(1, len(shapes) + 1):
+        for f in range(w, len(shapes) + 1):
+            system = upgrade_row({"k": 1, "c": None}, tables[w - 1 : f])["c"]
+            fill = fills[w].get(2)
+            checker = fill["text"] if fill is not None and fill["at"] <= f else None
+            assert checker == (None if system is None else str(system)), (w, f)

@@ -4,7 +4,7 @@ of the same Parquet.
 
     python benchmarks/checker_scale.py [--sizes 100000 1000000 10000000] [--dir /tmp/checker-bench]
 
-Histories come from `checker.synth` (a model of a correct cluster, so the verdict must be
+Histories come from `tests/synth.py` (a model of a correct cluster, so the verdict must be
 valid: true) and are kept in --dir between runs. "first" is the whole pipeline from JSON
 (parse, validation, Parquet copy, checks, statistics); "again" re-analyzes from the Parquet
 copy. "growth" is the exponent k of time ~ events^k between one size and the previous (1 is
@@ -19,9 +19,13 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+# the synthetic model is test support (tests/synth.py), importable from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -29,7 +33,7 @@ from pyspark.sql import functions as F
 from checker.analyze import analyze_run
 from checker.ingest import PARQUET_DIR
 from checker.session import build_session
-from checker.synth import generate_run
+from tests.synth import generate_run
 
 
 def bare_scan(spark: SparkSession, parquet: Path) -> float:

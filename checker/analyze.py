@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,15 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from checker.anomaly_classes import ANOMALY_CLASSES
 from checker.atomicity import ap_violation, mixed_schema_commit, transborder_op
 from checker.catalog_index import CatalogIndex
 from checker.compatibility import incompatible_commit
+from checker.completeness import check_completeness
 from checker.conformance import schema_conformance
 from checker.contract import ContractError, read_catalog_lines, read_run_json
+from checker.divergence import CAPABILITY as PER_NODE_COPIES
+from checker.divergence import replica_divergence
 from checker.durability import activation_order, lost_ddl, lost_write
 from checker.explain import no_anomalies
 from checker.frames import RunFrames, build_frames, release
@@ -58,8 +62,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("index-missing", index_missing, True),
     CheckSpec("index-orphan", index_orphan, True),
     CheckSpec("activation-order", activation_order, True),
+    CheckSpec("replica-divergence", replica_divergence, False),
 )
 CLASSES = tuple(c.name for c in CHECKS)
+assert set(CLASSES) <= set(ANOMALY_CLASSES), "a check's name is not an anomaly class"
 MAX_PER_CLASS = 1000
 
 
@@ -111,6 +117,34 @@ def analyze_run(
     return results
 
 
+def analyze_runs(
+    run_dirs: Sequence[Path],
+    spark_master: str = "local[*]",
+    *,
+    spark: SparkSession | None = None,
+    options: AnalyzeOptions = AnalyzeOptions(),
+) -> list[dict[str, Any]]:
+    """Analyze each run directory in one Spark application (one JVM start for all of them),
+    writing each one's `results.json`; the results in the order given."""
+    owned = spark is None
+    session = spark if spark is not None else build_session(spark_master)
+    try:
+        return [analyze_run(d, spark=session, options=options) for d in run_dirs]
+    finally:
+        if owned:
+            session.stop()
+
+
+def combined_exit_code(results: Sequence[dict[str, Any]]) -> int:
+    """1 if any run has anomalies, else 2 if any is unknown, else 0 (no run: 2)."""
+    codes = {exit_code(r) for r in results}
+    if 1 in codes:
+        return 1
+    if 2 in codes or not codes:
+        return 2
+    return 0
+
+
 def exit_code(results: dict[str, Any]) -> int:
     """0 valid, 1 anomalies, 2 unknown (255 is the CLI's own crash)."""
     valid = results.get("valid")
@@ -152,6 +186,7 @@ def _analyze(
     clock = run.get("clock", "hlc")
     rename_compatible = bool(run.get("config", {}).get("rename_column_compatible", True))
     cat = CatalogIndex(spark, lines, rename_compatible, clock)
+    errors.extend(cat.errors)  # parts of the catalog it cannot judge (an unknown column type)
     restore = _small_input_mode(spark, ingested.count, options.small_input_events)
     frames = build_frames(ingested.events, cat)
     try:
@@ -164,7 +199,16 @@ def _analyze(
             result = _unknown(errors, started)
             result["stats"]["events"] = ingested.count
             return result
+        # An incomplete history can still prove an anomaly, never validity (history.md).
+        completeness = check_completeness(frames, cat.lines[-1] if cat.lines else None, cat.lines)
+        errors.extend(completeness.errors)
         not_applicable = [c.name for c in CHECKS if c.needs_clock and clock == "none"]
+        # copies per node are compared when the target declares them or the final reads of
+        # some table were taken on two nodes (then they must agree on any target)
+        caps = run.get("capabilities")
+        declared = isinstance(caps, list) and PER_NODE_COPIES in caps
+        if not (declared or completeness.reads_on_two_nodes):
+            not_applicable.append("replica-divergence")
         applicable = [c for c in CHECKS if c.name not in not_applicable]
         anomalies, per_class = _collect(spark, frames, cat, applicable, options.max_per_class)
         stats: dict[str, Any] = {"events": ingested.count}
@@ -235,7 +279,9 @@ def _collect(
     union = no_anomalies(spark)
     for c in checks:
         union = union.unionByName(c.check(frames, cat))
-    w = Window.partitionBy("class").orderBy(F.element_at("events", 1), "explanation")
+    # an anomaly may have no witness event (activation-order of versions nobody acknowledged)
+    first = F.try_element_at("events", F.lit(1))
+    w = Window.partitionBy("class").orderBy(first, "explanation")
     ranked = union.select(
         "*",
         F.row_number().over(w).alias("_rn"),

@@ -3,7 +3,8 @@
 The catalog is small (one line per DDL), so it is collected, indexed in Python, and joined to
 the events as broadcast DataFrames: `cat(ts)` is a floor lookup by activation_ts done as a
 bucketed range join (an equi-join on a coarse bucket plus the exact interval condition), and the
-forward-compatibility matrix is precomputed per table with `schemasync.compat`.
+forward-compatibility matrix is precomputed per table with the checker's own rules
+(`checker.forward_compat`), never the system under test's.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemasync.catalog import Table
-from schemasync.compat import change_compatible, diff_tables, forward_compatible_json
-from schemasync.types import TypeInvalid, parse_type
+from checker.forward_compat import first_incompatible
+from checker.sql_types import column_type
 
 MAX_TS = (1 << 63) - 1
 BUCKETS = 2048
@@ -144,6 +144,11 @@ class CatalogIndex:
         clock: str = "hlc",
     ) -> None:
         self.spark = spark
+        # Problems of the catalog that leave part of it unjudged, not anomalies: the caller
+        # folds them into results.json "errors".
+        self.errors: list[str] = []
+        # catalog.jsonl line of each version, as given (in file order), for those messages
+        self.line_of = {int(d["catalog_version"]): n for n, d in enumerate(lines, 1)}
         # "hlc": every *_ts is comparable with activation_ts; "none": they are opaque, and a
         # clock-free check places an observation by the schema version it reported
         self.clock = clock
@@ -366,7 +371,8 @@ class CatalogIndex:
         (-> name), and by id the first later version that would fill a NULL stored in it, for
         matching columns across renames without a join per cell.
 
-        A stored NULL is upgraded one schema version at a time (`schemasync.rows`): the first
+        A read upgrades a stored row to its schema one schema version at a time, so a stored
+        NULL meets every later version in turn (docs/anomalies.md, lost-write): the first
         later version where its column is NOT NULL with a default replaces it with that default,
         which it keeps through later default or nullability changes. So a NULL written at this
         version reads, at version f, as `fills[id].text` if `fills[id].at <= f`. Each entry names
@@ -410,17 +416,25 @@ class CatalogIndex:
         every catalog version that holds it, so it is listed once."""
         rows = []
         seen: set[tuple[int, int]] = set()
+        unknown: set[tuple[int, int, str]] = set()
         for ta in self.table_rows():
             key = (int(ta.table["id"]), int(ta.table["schema_version"]))
             if key in seen:
                 continue
             seen.add(key)
             for c in ta.table["columns"]:
-                try:
-                    st = parse_type(str(c["type"]))
-                    base, length, prec, scale = st.name, st.length, st.precision, st.scale
-                except TypeInvalid:
-                    base, length, prec, scale = str(c["type"]), None, None, None
+                st = column_type(str(c["type"]))
+                base, length, prec, scale = None, None, None, None
+                if st is not None:
+                    base, length, prec, scale = st.base, st.length, st.precision, st.scale
+                elif (key[0], int(c["id"]), str(c["type"])) not in unknown:
+                    # base null: conformance judges its nulls but not its values
+                    unknown.add((key[0], int(c["id"]), str(c["type"])))
+                    self.errors.append(
+                        f"catalog.jsonl line {self.line_of[ta.version]}: table {ta.name} column "
+                        f"{c['name']} has type {str(c['type'])!r}, which the checker does not "
+                        "know; its values are not judged"
+                    )
                 rows.append(
                     (
                         *key,
@@ -466,27 +480,10 @@ class CatalogIndex:
                 new_name, new_table = (new[0], new[1]) if new else (None, None)
                 if new_name == name and new_table == old:
                     continue  # untouched by this step (most tables, most steps)
-                ok = forward_compatible_json(
-                    old, new_table, self.rename_compatible, (), old_name=name, new_name=new_name
-                )
-                if not ok:
-                    why = self._why_incompatible(name, old, new_name, new_table)
-                    out.append((tid, int(cur["catalog_version"]), why))
+                bad = first_incompatible(old, new_table, name, new_name, self.rename_compatible)
+                if bad is not None:
+                    out.append((tid, int(cur["catalog_version"]), bad.describe()))
         return out
-
-    def _why_incompatible(
-        self, name: str, old: dict[str, Any], new_name: str | None, new: dict[str, Any] | None
-    ) -> str:
-        old_t = Table.from_json(old, name)
-        new_t = None if new is None else Table.from_json(new, new_name)
-        for change in diff_tables(old_t, new_t):
-            if not change_compatible(change, self.rename_compatible):
-                text = f"{change.kind} {change.subject}"
-                plain = (str, int, float, bool)
-                if isinstance(change.old, plain) or isinstance(change.new, plain):
-                    text += f" ({change.old!r} -> {change.new!r})"
-                return text
-        return "drop_table " + name if new is None else "incompatible change"
 
     def _incompatible_steps_frame(self) -> DataFrame:
         """One row per table id: its incompatible steps, ascending by version."""

@@ -1,7 +1,8 @@
 """`python -m checker RUN_DIR [--spark-master URL]`: analyze a run, exit with its verdict code.
 
-The lead wires `schemachaos analyze` to `main`. Exit codes: 0 valid, 1 anomalies, 2 unknown,
-255 the checker itself crashed.
+Exit codes are Jepsen's (anomalies.md "Verdict"): 0 valid, 1 anomalies, 2 unknown (including a
+history that breaks the contract), 130 interrupted (Ctrl-C), 254 bad arguments or a RUN_DIR
+that does not exist, 255 the checker itself crashed.
 """
 
 from __future__ import annotations
@@ -10,20 +11,37 @@ import argparse
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
+INTERRUPTED = 130
+BAD_INPUT = 254
 CRASH = 255
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit 254, not its usual 2 (a verdict here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="checker", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="checker", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory (history.md contract)")
     parser.add_argument("--spark-master", default="local[*]", help="any Spark master URL")
     parser.add_argument("--quiet", action="store_true", help="print only the verdict line")
     args = parser.parse_args(argv)
+    if not args.run_dir.is_dir():
+        why = "not a directory" if args.run_dir.exists() else "not found"
+        print(f"checker: RUN_DIR: {why}: {args.run_dir}", file=sys.stderr)
+        return BAD_INPUT
     try:
         from checker.analyze import analyze_run, exit_code
 
         results = analyze_run(args.run_dir, args.spark_master)
+    except KeyboardInterrupt:
+        print("checker: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except Exception as e:  # the tool itself failed: say so, distinctly from a verdict
         traceback.print_exc(file=sys.stderr)
         print(f"checker crashed: {type(e).__name__}: {e}", file=sys.stderr)

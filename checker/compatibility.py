@@ -1,6 +1,6 @@
 """incompatible-commit: a txn committed across a change that is not forward compatible.
 
-The judgment of each catalog step is `schemasync.compat` (one source of truth), computed once per
+The judgment of each catalog step is the checker's own (`checker.forward_compat`), computed once per
 (table, step) in the driver and folded into the catalog timelines as a count per table schema
 version: the event path compares two counts, and only the txns reported look up their step.
 """

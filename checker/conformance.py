@@ -2,7 +2,8 @@
 
 Rows stay raw JSON until here and are parsed as map<string, variant>, so a value keeps its JSON
 kind (string, integer, decimal, boolean) and is judged against the column type with Spark
-expressions mirroring `schemasync.types.value_problem`.
+expressions over the checker's own type model (`checker.sql_types`); a column of a type the
+model does not know (null `base`) has its nulls judged but not its values.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _value_ok(j: Column, s: Column) -> Column:
             & (F.length(F.rtrim(frac, F.lit("0"))) <= F.col("scale"))
             & (F.length(F.ltrim(whole, F.lit("0"))) <= F.col("prec") - F.col("scale")),
         )
-        .otherwise(F.lit(False))
+        .otherwise(base.isNull())
     )
 
 

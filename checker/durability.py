@@ -12,12 +12,20 @@ from pyspark.sql import functions as F
 from checker.catalog_index import CatalogIndex
 from checker.explain import anomalies, sentence, ts, txt
 from checker.frames import RunFrames, bounded_broadcast
+from checker.ingest import CLIENT_PROCESS
+
+INTEGER_TEXT = r"^-?[0-9]+$"
 
 
 def same_value(a: Column, b: Column) -> Column:
-    """JSON texts equal as numbers when both are numbers, else as text (null-safe)."""
+    """JSON texts equal exactly when both are integers (INT64 beyond 2^53 included), as
+    numbers when both are numbers (1 and 1.0), else as text (null-safe)."""
     da, db = a.try_cast("double"), b.try_cast("double")
-    return F.when(da.isNotNull() & db.isNotNull(), da == db).otherwise(a.eqNullSafe(b))
+    return (
+        F.when(a.rlike(INTEGER_TEXT) & b.rlike(INTEGER_TEXT), a == b)
+        .when(da.isNotNull() & db.isNotNull(), da == db)
+        .otherwise(a.eqNullSafe(b))
+    )
 
 
 def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
@@ -188,7 +196,7 @@ def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
     the completion of an unknown outcome may not list them)."""
     info = frames.txns.where(F.col("type") == "info").select(F.col("invoke_index").alias("_ii"))
     invokes = frames.events.where(
-        (F.col("type") == "invoke") & (F.col("f") == "txn") & (F.col("process") != "nemesis")
+        (F.col("type") == "invoke") & (F.col("f") == "txn") & F.col("process").rlike(CLIENT_PROCESS)
     )
     # Unknown outcomes are rare (a timeout, a lost reply): their invokes are picked out by a
     # broadcast, unless a run has so many that a shuffle is the safer way.
@@ -234,17 +242,15 @@ def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("activation_ts").alias("cat_activation"),
         F.col("ddl").alias("cat_ddl"),
     )
-    acks = frames.ddls.withColumn(
-        "_dups", F.count(F.lit(1)).over(Window.partitionBy("catalog_version"))
-    )
-    j = acks.join(F.broadcast(versions), F.col("_v") == F.col("catalog_version"), "left")
+    j = frames.ddls.join(F.broadcast(versions), F.col("_v") == F.col("catalog_version"), "left")
     missing = j.where(F.col("_v").isNull())
     moved = j.where(F.col("_v").isNotNull() & (F.col("cat_activation") != F.col("activation_ts")))
-    dup = j.where(
+    # every ack's statement, not only where two acks share a version: a catalog that holds
+    # another DDL at the acknowledged version lost the acknowledged one
+    other = j.where(
         F.col("_v").isNotNull()
         & (F.col("cat_activation") == F.col("activation_ts"))
-        & (F.col("_dups") > 1)
-        & (_norm(F.col("stmt")) != _norm(F.col("cat_ddl")))
+        & ~_norm(F.col("stmt")).eqNullSafe(_norm(F.col("cat_ddl")))
     )
     head = sentence(
         "DDL '",
@@ -278,15 +284,15 @@ def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ),
     )
     c = anomalies(
-        dup,
+        other,
         "lost-ddl",
         ["index"],
         ["node"],
         sentence(
             head,
-            "another DDL was acknowledged with the same version and catalog.jsonl holds '",
+            "catalog.jsonl holds another DDL at that version: '",
             txt("cat_ddl"),
-            "' there",
+            "'",
         ),
     )
     return a.unionByName(b).unionByName(c)

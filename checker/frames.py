@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
+from checker.ingest import CLIENT_PROCESS
 
 SCHEMA_ERRORS = (
     "SCHEMA_VERSION_MISMATCH",
@@ -204,7 +205,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     `completions`, `ops` and `off_participants` are persisted (several checks read each, and
     the ops are the bulk of a history); call `release` when done.
     """
-    client = events.where(F.col("process") != "nemesis")
+    client = events.where(F.col("process").rlike(CLIENT_PROCESS))
     all_completions = _paired(client).persist(StorageLevel.MEMORY_AND_DISK)
     completions = all_completions.where(F.col("paired"))
     unpaired = all_completions.where(~F.col("paired")).select("index", "process", "f")

@@ -23,11 +23,15 @@ from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, validate_his
 
 PARQUET_DIR = "history.parquet"
 SOURCE_STAMP = "_source.json"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
 
+CORRUPT = "_corrupt"
+# a client event's process is a number; "nemesis" and any other string (monitor samples, a
+# foreign harness's own processes) are not client operations
+CLIENT_PROCESS = r"^[0-9]+$"
 L = T.LongType()
 S = T.StringType()
 
@@ -72,7 +76,8 @@ VALUE_SCHEMA = _struct(
     ("schema_version", L),
     ("rows", T.ArrayType(_struct(("key", L), ("row", S)))),
     ("entries", T.ArrayType(_struct(("key", L), ("values", S)))),
-    ("safe_time_waits", _struct(("count", L), ("total_ms", T.DoubleType()), ("max_ms", L))),
+    # not in the contract (our own extra field): any numbers, so a foreign float is no error
+    ("safe_time_waits", _struct(*((n, T.DoubleType()) for n in ("count", "total_ms", "max_ms")))),
 )
 ERROR_SCHEMA = _struct(("code", S), ("message", S), ("retriable", T.BooleanType()))
 LINE_SCHEMA = _struct(
@@ -84,6 +89,9 @@ LINE_SCHEMA = _struct(
     ("node", S),
     ("value", VALUE_SCHEMA),
     ("error", ERROR_SCHEMA),
+    # the whole line, when a field could not be read as its type (a string or a float where
+    # the contract says int, an integer beyond 64 bits): without it the field is just null
+    (CORRUPT, S),
 )
 
 
@@ -159,12 +167,14 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
     mid = F.monotonically_increasing_id()
     pid = F.spark_partition_id()
     parsed = text.select(
-        F.from_json("value", LINE_SCHEMA).alias("e"),
+        F.from_json(
+            "value", LINE_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+        ).alias("e"),
         "value",
         pid.alias("_pid"),
         (mid - F.shiftleft(pid.cast("long"), 33)).alias("_pos"),
     )
-    is_client = F.col("e.process") != F.lit("nemesis")
+    is_client = F.col("e.process").rlike(CLIENT_PROCESS)
     # The parsed line is its own projection: the problem column reads the parsed struct (the
     # optimizer does not inline an expensive expression used twice).
     with_value = parsed.select(
@@ -193,10 +203,11 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
 def _problem_expr() -> Column:
     """The first violated requirement of a parsed line, as 'field: why', or null."""
     e = F.col("e")
-    client = F.col("e.process") != F.lit("nemesis")
+    client = F.coalesce(F.col("e.process").rlike(CLIENT_PROCESS), F.lit(False))
     completion = F.col("e.type").isin("ok", "fail", "info")
     v = F.col("v")
     ok = F.col("e.type") == "ok"
+    txn = F.col("e.f") == "txn"
     checks: list[tuple[Column, str]] = [
         (e.isNull(), "(line): not JSON"),
         (F.col("e.index").isNull(), "index: missing or not an integer"),
@@ -205,12 +216,17 @@ def _problem_expr() -> Column:
         (~F.col("e.type").isin(*EVENT_TYPES), "type: not one of invoke/ok/fail/info"),
         (F.col("e.process").isNull(), "process: missing"),
         (F.col("e.f").isNull(), "f: missing"),
-        (
-            client & ~F.col("e.process").rlike(r"^[0-9]+$"),
-            "process: neither an integer nor 'nemesis'",
-        ),
+        (F.col("e.process") == "", "process: empty"),
         (client & ~F.col("e.f").isin(*CLIENT_FS), "f: not a client operation"),
-        (~client & (F.col("e.type") != "info"), "type: nemesis events are info"),
+        (
+            (F.col("e.process") == "nemesis") & (F.col("e.type") != "info"),
+            "type: nemesis events are info",
+        ),
+        (
+            client & F.col(f"e.{CORRUPT}").isNotNull(),
+            "a field is not of its contract type (a string or fraction where an integer is "
+            "required, or an integer beyond 64 bits)",
+        ),
         (client & completion & ~ok & F.col("e.error.code").isNull(), "error: missing"),
         (
             client & ok & (F.col("e.f") == "ddl") & v.catalog_version.isNull(),
@@ -223,6 +239,37 @@ def _problem_expr() -> Column:
         (client & ok & (F.col("e.f") == "txn") & v.txn_id.isNull(), "value.txn_id: missing"),
         (client & ok & (F.col("e.f") == "txn") & v.ops.isNull(), "value.ops: missing"),
         (client & ok & (F.col("e.f") == "txn") & v.tables.isNull(), "value.tables: missing"),
+        (
+            client & txn & F.exists(v.ops, lambda o: o.key.isNull()),
+            "value.ops[].key: missing or null (the contract says int)",
+        ),
+        (
+            client
+            & txn
+            & F.exists(
+                v.ops,
+                lambda o: o.op_ts.isNotNull() & (o.schema_version.isNull() | o.node.isNull()),
+            ),
+            "value.ops[]: an executed op (op_ts set) lacks node or schema_version",
+        ),
+        (
+            client
+            & txn
+            & F.exists(
+                v.participants,
+                lambda p: p.commit_schema_version.isNull() | p.partition.isNull(),
+            ),
+            "value.participants[]: commit_schema_version or partition missing or null",
+        ),
+        (
+            client
+            & txn
+            & F.exists(
+                F.map_values(v.tables),
+                lambda t: t.base_ts.isNull() | t.schema_version.isNull(),
+            ),
+            "value.tables{}: base_ts or schema_version missing or null",
+        ),
         (client & ok & (F.col("e.f") == "probe") & v.ts.isNull(), "value.ts: missing"),
         (
             client & ok & (F.col("e.f") == "probe") & v.catalog_version.isNull(),
@@ -265,9 +312,29 @@ def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[in
             start += good_n
         if ordered:
             return total - bad, torn and bad == 1
-    # Something is wrong: find the exact first violation with the line-by-line validator.
+    # Something is wrong: find the exact first violation with the line-by-line validator, or
+    # (what JSON Schema allows but a 64-bit column cannot hold) the first line Spark flagged.
     validate_history_file(source)
-    raise ContractError("history.jsonl", None, None, "lines out of order or malformed")
+    first = _first_problem_line(raw, parts)
+    if first is not None:
+        raise ContractError("history.jsonl", first[0], None, first[1])
+    raise ContractError("history.jsonl", None, None, "lines out of order")
+
+
+def _first_problem_line(raw: DataFrame, parts: list) -> tuple[int, str] | None:
+    """(line number, problem) of the first line with a problem, from the per-partition counts."""
+    bad = [p for p in parts if int(p["bad"]) > 0]
+    if not bad:
+        return None
+    first = min(bad, key=lambda p: p["_pid"])
+    before = sum(int(p["n"]) for p in parts if p["_pid"] < first["_pid"])
+    row = (
+        raw.where((F.col("_pid") == first["_pid"]) & (F.col("_pos") == first["first_bad"]))
+        .select("_problem")
+        .first()
+    )
+    why = str(row["_problem"]) if row is not None else "malformed"
+    return before + int(first["first_bad"]) + 1, why
 
 
 def _only_bad_is_last(raw: DataFrame, parts: list) -> bool:

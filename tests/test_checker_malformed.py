@@ -51,8 +51,9 @@ def test_truncated_last_line_is_named_and_the_verdict_is_unknown(
     write_lines(run, text, final_newline=False)
     results = analyze_run(run, spark=spark, options=options)
     assert results["valid"] == "unknown" and exit_code(results) == 2
-    assert len(results["errors"]) == 1
     assert results["errors"][0].startswith("history.jsonl line 3: truncated")
+    # the cut also leaves the catalog's AVAILABLE index without its final read
+    assert all(e.startswith("no final read") for e in results["errors"][1:])
     assert results["stats"]["events"] == 2
 
 
@@ -146,8 +147,8 @@ def test_completion_without_its_invoke_makes_the_verdict_unknown(
     write_lines(run, text)
     results = analyze_run(run, spark=spark, options=PYTHON_PATH)
     assert results["valid"] == "unknown" and exit_code(results) == 2
-    assert len(results["errors"]) == 1
     assert "1 completion(s) follow no invoke" in results["errors"][0]
+    assert all(e.startswith("no final read") for e in results["errors"][1:])
     assert "first: index 2" in results["errors"][0]
     # the same history with the invoke in place is valid
     intact = make_run("lost-ddl", tmp_path / "intact")
@@ -158,5 +159,12 @@ def test_completion_without_its_invoke_makes_the_verdict_unknown(
         else x
         for x in lines(intact)
     ]
-    write_lines(intact, edited)
+    # and complete: the catalog ends with index i1 AVAILABLE, so its final read is there
+    final = [
+        {"index": 4, "time": 4500000000, "type": "invoke", "process": 5, "f": "final-read",
+         "value": {"table": "t1", "index": "i1"}},
+        {"index": 5, "time": 4510000000, "type": "ok", "process": 5, "f": "final-read",
+         "node": "n1", "value": {"table": "t1", "index": "i1", "ts": 294912000, "entries": []}},
+    ]  # fmt: skip
+    write_lines(intact, [*edited, *(json.dumps(e) for e in final)])
     assert analyze_run(intact, spark=spark, options=PYTHON_PATH)["valid"] is True

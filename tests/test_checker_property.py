@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_run
 from checker.contract import validator
-from checker.synth import FAULTS, expected_classes, generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
+from tests.synth import FAULTS, expected_classes, generate_run
 
 FAST = AnalyzeOptions(with_stats=False)
 

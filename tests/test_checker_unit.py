@@ -9,7 +9,7 @@ import pytest
 
 from checker.analyze import exit_code
 from checker.contract import ContractError, first_problem, validate_history_file, validator
-from checker.synth import ClusterModel, generate_run
+from tests.synth import ClusterModel, generate_run
 
 OK_DDL = {
     "index": 0,
@@ -61,7 +61,7 @@ def test_model_clock_round_trips_and_activation_floor() -> None:
     m = ClusterModel(1)
     for t in (0, 1, 999_999, 1_000_000, 123_456_789):
         assert m.time_of(m.ts(t)) >= t - 20 and m.ts(m.time_of(m.ts(t))) == m.ts(t)
-    line = m.add_version(10_000_000, "CREATE TABLE t (c INT32)", {})
+    line = m.add_version(10_000_000, "CREATE TABLE t (c INT32)", {}, "create_table", "t")
     assert m.cat_at(line["activation_ts"] - 1)["catalog_version"] == 1
     assert m.cat_at(line["activation_ts"])["catalog_version"] == 2
 

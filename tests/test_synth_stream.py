@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from checker.synth import ClusterModel, generate_run
 from schemasync.types import parse_type, value_problem
+from tests.synth import ClusterModel, generate_run
 
 EVENTS = 4000
 

@@ -1,0 +1,193 @@
+"""Whether a history is complete (history.md, "A complete history"), and what is missing if not.
+
+A run may be called valid only when every invoke has its completion, every fault that started
+was healed, and the final reads cover every written table and every index AVAILABLE at the end.
+Anything less means the controller died or the final phase failed: the verdict is then unknown,
+and each error here says what is missing precisely enough to act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from checker.frames import RunFrames
+from checker.ingest import CLIENT_PROCESS
+
+FINAL_READ = "final-read"
+# a start-X is closed by stop-X or heal-X (partition heals) or by a heal-all after it
+CLOSERS = ("stop-", "heal-")
+HEAL_ALL = "heal-all"
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """What a history lacks: `errors` for results.json, `undecided_tables` whose lost-write and
+    index classes cannot be judged (no ok final read)."""
+
+    errors: tuple[str, ...]
+    undecided_tables: frozenset[str]
+    # some table has ok final reads on two nodes: copies per node can be compared
+    reads_on_two_nodes: bool = False
+
+
+def check_completeness(
+    frames: RunFrames, final_catalog: Mapping[str, Any] | None, all_catalogs: Sequence[Mapping]
+) -> Completeness:
+    """Everything "A complete history" requires, each missing part as one sentence."""
+    errors: list[str] = []
+    open_invokes = _open_invokes(frames)
+    if open_invokes:
+        errors.append(open_invokes)
+    errors.extend(unhealed_faults(frames.nemesis.select("index", "f").collect()))
+    written = _written_tables(frames)
+    reads = (
+        frames.events.where(F.col("f") == FINAL_READ)
+        .where(F.col("type") != "invoke")
+        .where(F.col("process").rlike(CLIENT_PROCESS))
+        .select(
+            "index",
+            "type",
+            "node",
+            F.col("value.table").alias("table"),
+            F.col("value.index").alias("index_name"),
+            F.col("error.code").alias("code"),
+        )
+        .collect()
+    )
+    missing, undecided = missing_final_reads(
+        written, [r.asDict() for r in reads], final_catalog, all_catalogs
+    )
+    errors.extend(missing)
+    nodes: dict[str, set[str]] = {}
+    for r in reads:
+        if r["type"] == "ok" and r["index_name"] is None and r["table"] is not None:
+            nodes.setdefault(r["table"], set()).add(str(r["node"]))
+    two = any(len(n) >= 2 for n in nodes.values())
+    return Completeness(tuple(errors), frozenset(undecided), two)
+
+
+def _open_invokes(frames: RunFrames) -> str | None:
+    """'N invokes without a completion, the last at index I', or None.
+
+    Each paired completion closes exactly the invoke just before it in its process, so the
+    invokes without one are counted by subtraction; only a history that has some pays for the
+    join that finds the last of them."""
+    client = frames.events.where(F.col("process").rlike(CLIENT_PROCESS))
+    invokes = client.where(F.col("type") == "invoke")
+    n_invokes = invokes.count()
+    n_closed = frames.completions.count()
+    if n_invokes <= n_closed:
+        return None
+    closed = frames.completions.select(F.col("invoke_index").alias("_ci"))
+    row = (
+        invokes.join(closed, F.col("index") == F.col("_ci"), "left_anti")
+        .agg(F.count(F.lit(1)).alias("n"), F.max("index").alias("last"))
+        .first()
+    )
+    n = int(row["n"]) if row is not None else n_invokes - n_closed
+    last = row["last"] if row is not None else None
+    where = f", the last at index {last}" if last is not None else ""
+    noun = "invoke" if n == 1 else "invokes"
+    return (
+        f"history.jsonl: {n} {noun} without a completion{where} (the run was cut short or "
+        "the controller died)"
+    )
+
+
+def unhealed_faults(events: Iterable[Any]) -> list[str]:
+    """A sentence per nemesis start-X with no stop-X/heal-X or heal-all after it."""
+    open_: dict[str, list[int]] = {}
+    for e in sorted(events, key=lambda e: int(e["index"])):
+        f = str(e["f"])
+        if f == HEAL_ALL:
+            open_.clear()
+        elif f.startswith("start-"):
+            open_.setdefault(f.removeprefix("start-"), []).append(int(e["index"]))
+        else:
+            for prefix in CLOSERS:
+                stack = open_.get(f.removeprefix(prefix)) if f.startswith(prefix) else None
+                if stack:
+                    stack.pop(0)
+                    break
+    return [
+        f"history.jsonl: fault start-{kind} at index {index} was never healed (no stop-{kind}, "
+        f"heal-{kind} or {HEAL_ALL} after it)"
+        for kind, starts in sorted(open_.items())
+        for index in starts
+    ]
+
+
+def _written_tables(frames: RunFrames) -> set[str]:
+    """Tables that an ok txn wrote, or that a txn of unknown outcome (info) meant to write."""
+    ok = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d")).select("table")
+    tables = {str(r["table"]) for r in ok.distinct().collect() if r["table"]}
+    # Unknown outcomes are rare: their invokes are looked up by index, and only if there are any
+    # (a scan of every invoke's ops costs seconds at 10^6 events).
+    info_txns = frames.txns.where(F.col("type") == "info").select("invoke_index")
+    info = [int(r[0]) for r in info_txns.collect()]
+    if info:
+        maybe: DataFrame = (
+            frames.events.where(F.col("index").isin(info))
+            .select(F.explode("value.ops").alias("o"))
+            .where(F.col("o.op").isin("w", "d"))
+            .select(F.col("o.table").alias("table"))
+            .distinct()
+        )
+        tables |= {str(r["table"]) for r in maybe.collect() if r["table"]}
+    return tables
+
+
+def missing_final_reads(
+    written: set[str],
+    reads: Sequence[Mapping[str, Any]],
+    final_catalog: Mapping[str, Any] | None,
+    all_catalogs: Sequence[Mapping[str, Any]],
+) -> tuple[list[str], set[str]]:
+    """Errors for each written table and each AVAILABLE index with no ok final read.
+
+    A written table is required when the table it named still exists at the end (by id, so a
+    rename is followed); a dropped one cannot be read. Returns (errors, undecided tables)."""
+    tables = (final_catalog or {}).get("tables") or {}
+    name_of_id = {int(t["id"]): name for name, t in tables.items()}
+    ids_of_name: dict[str, set[int]] = {}
+    for line in all_catalogs:
+        for name, t in (line.get("tables") or {}).items():
+            ids_of_name.setdefault(name, set()).add(int(t["id"]))
+    required = sorted(
+        {name_of_id[i] for w in written for i in ids_of_name.get(w, ()) if i in name_of_id}
+    )
+    ok_tables = {r["table"] for r in reads if r["type"] == "ok" and r.get("index_name") is None}
+    ok_indexes = {
+        (r["table"], r["index_name"]) for r in reads if r["type"] == "ok" and r.get("index_name")
+    }
+    failed: dict[tuple[str, str | None], str] = {}
+    for r in reads:
+        if r["type"] != "ok" and r.get("table") is not None:
+            failed[(r["table"], r.get("index_name"))] = f"{r.get('code')} (index {r['index']})"
+    errors: list[str] = []
+    undecided: set[str] = set()
+    for name in required:
+        if name in ok_tables:
+            continue
+        undecided.add(name)
+        why = failed.get((name, None))
+        head = f"final read of {name} failed: {why}" if why else f"no final read of {name}"
+        errors.append(f"{head}; lost-write and the index classes of {name} are undecided")
+    for name, t in sorted(tables.items()):
+        for ix in t.get("indexes") or ():
+            if ix.get("state") != "AVAILABLE" or (name, ix["name"]) in ok_indexes:
+                continue
+            undecided.add(name)
+            why = failed.get((name, ix["name"]))
+            what = f"final read of index {ix['name']} of {name}"
+            errors.append(
+                f"{what} failed: {why}; the index classes of {name} are undecided"
+                if why
+                else f"no {what} (AVAILABLE at the end); the index classes of {name} are undecided"
+            )
+    return errors, undecided

@@ -1,0 +1,130 @@
+"""replica-divergence: after the heal, two nodes' copies of one table disagree.
+
+Final reads are taken after every acknowledged write, so two ok final reads of a table on two
+nodes must hold the same rows (compared by key, each row by column name, whatever the order of
+keys or columns in the JSON); two final probes of a table on two nodes must name the same schema
+version. A final probe is one invoked after the final-read phase began.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from checker.catalog_index import CatalogIndex
+from checker.explain import anomalies, sentence, ts, txt
+from checker.frames import RunFrames
+
+CAPABILITY = "per-node-copies"  # run.json "capabilities": the target keeps a copy per node
+
+
+def _latest_per_node(df: DataFrame) -> DataFrame:
+    w = Window.partitionBy("table", "node").orderBy(F.col("index").desc())
+    return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
+
+
+def _normal_rows() -> Column:
+    """The rows of a read as a sorted array of (key, sorted column/value pairs)."""
+
+    def normal(r: Column) -> Column:
+        cols = F.array_sort(F.map_entries(F.from_json(r.row, "map<string,string>")))
+        return F.struct(r.key.alias("key"), cols.alias("cols"))
+
+    return F.array_sort(F.transform(F.coalesce("rows", F.array()), normal))
+
+
+def _row_text(side: str) -> Column:
+    """The first differing key's row on one side as `{c=v, ...}`, or 'absent'."""
+    rows = F.filter(F.col(f"{side}_rows"), lambda r: r.key == F.col("diff_key"))
+    cols = F.transform(
+        F.try_element_at(rows, F.lit(1)).getField("cols"),
+        lambda c: F.concat(c.key, F.lit("="), F.coalesce(c.value, F.lit("null"))),
+    )
+    return F.coalesce(F.concat(F.lit("{"), F.array_join(cols, ", "), F.lit("}")), F.lit("absent"))
+
+
+def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """Pairs of nodes whose final reads (rows) or final probes (schema) of a table disagree."""
+    reads = _latest_per_node(frames.table_reads).select(
+        "table", "node", "index", "ts", _normal_rows().alias("rows")
+    )
+    a = reads.select(*(F.col(c).alias(f"a_{c}") for c in reads.columns))
+    b = reads.select(*(F.col(c).alias(f"b_{c}") for c in reads.columns))
+    pairs = a.join(
+        b, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
+    ).where(F.col("a_rows") != F.col("b_rows"))
+    differing = F.array_union(
+        F.array_except("a_rows", "b_rows"), F.array_except("b_rows", "a_rows")
+    )
+    keys = F.array_distinct(F.transform(differing, lambda r: r.key))
+    pairs = pairs.withColumn("n_keys", F.size(keys)).withColumn("diff_key", F.array_min(keys))
+    rows_text = sentence(
+        "final reads of ",
+        F.col("a_table"),
+        " disagree after the heal: #",
+        txt("a_index"),
+        " on ",
+        F.col("a_node"),
+        " at ",
+        ts("a_ts"),
+        " and #",
+        txt("b_index"),
+        " on ",
+        F.col("b_node"),
+        " at ",
+        ts("b_ts"),
+        " differ in ",
+        txt("n_keys"),
+        " key(s); key ",
+        txt("diff_key"),
+        " is ",
+        _row_text("a"),
+        " on ",
+        F.col("a_node"),
+        " and ",
+        _row_text("b"),
+        " on ",
+        F.col("b_node"),
+    )
+    by_rows = anomalies(
+        pairs, "replica-divergence", ["a_index", "b_index"], ["a_node", "b_node"], rows_text
+    )
+
+    phase = frames.events.where((F.col("f") == "final-read") & (F.col("type") == "invoke")).agg(
+        F.min("index").alias("_phase")
+    )
+    probes = (
+        frames.probes.where(F.col("table").isNotNull())
+        .crossJoin(F.broadcast(phase))
+        .where(F.col("invoke_index") > F.col("_phase"))
+    )
+    probes = _latest_per_node(probes).select("table", "node", "index", "table_sv")
+    pa = probes.select(*(F.col(c).alias(f"a_{c}") for c in probes.columns))
+    pb = probes.select(*(F.col(c).alias(f"b_{c}") for c in probes.columns))
+    schema_pairs = pa.join(
+        pb, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
+    ).where(~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv")))
+    schema_text = sentence(
+        "final probes of ",
+        F.col("a_table"),
+        " disagree on its schema after the heal: ",
+        F.col("a_node"),
+        " (#",
+        txt("a_index"),
+        ") answered schema version ",
+        txt("a_table_sv"),
+        ", ",
+        F.col("b_node"),
+        " (#",
+        txt("b_index"),
+        ") answered ",
+        txt("b_table_sv"),
+    )
+    by_schema = anomalies(
+        schema_pairs,
+        "replica-divergence",
+        ["a_index", "b_index"],
+        ["a_node", "b_node"],
+        schema_text,
+    )
+    return by_rows.unionByName(by_schema)

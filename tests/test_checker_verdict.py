@@ -1,0 +1,203 @@
+"""The verdict on complete and incomplete histories (history.md, "A complete history"): a cut
+history, missing or failed final reads and unhealed faults are unknown with errors that say what
+is missing; an anomaly the present events prove is still false; a complete one is valid."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from checker.analyze import AnalyzeOptions, analyze_run, exit_code
+from checker.completeness import missing_final_reads, unhealed_faults
+from tests.runbuilder import common_catalog, complete_events, hlc, write_run
+from tests.spark_session import spark  # noqa: F401  (session fixture)
+
+FAST = AnalyzeOptions(with_stats=False)
+
+
+def _analyze(session: SparkSession, dest: Path, events: list, **kw: Any) -> dict:
+    return analyze_run(write_run(dest, events, **kw), spark=session, options=FAST)
+
+
+@pytest.mark.spark
+def test_the_complete_history_is_valid(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    results = _analyze(spark, tmp_path / "run", complete_events())
+    assert results["errors"] == [] and results["anomalies"] == []
+    assert results["valid"] is True and exit_code(results) == 0
+
+
+@pytest.mark.spark
+def test_a_cut_history_is_unknown_and_says_what_is_missing(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    results = _analyze(spark, tmp_path / "run", complete_events()[:4])
+    assert results["valid"] == "unknown" and exit_code(results) == 2
+    errors = "\n".join(results["errors"])
+    assert "1 invoke without a completion, the last at index 3" in errors
+    assert "fault start-partition at index 2 was never healed" in errors
+    assert "no final read of t1" in errors
+    assert "no final read of index i1 of t1" in errors
+
+
+@pytest.mark.spark
+def test_no_final_reads_is_unknown(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    results = _analyze(spark, tmp_path / "run", complete_events()[:7])
+    assert results["valid"] == "unknown"
+    assert any(e.startswith("no final read of t1;") for e in results["errors"])
+
+
+@pytest.mark.spark
+def test_a_failed_final_read_is_unknown(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    events = complete_events()
+    events[8] = {
+        "type": "fail",
+        "process": 2,
+        "f": "final-read",
+        "node": "n1",
+        "value": {"table": "t1", "ts": hlc(4500)},
+        "error": {"code": "TIMEOUT", "message": "no reply", "retriable": True},
+    }
+    results = _analyze(spark, tmp_path / "run", events)
+    assert results["valid"] == "unknown"
+    assert any(e.startswith("final read of t1 failed: TIMEOUT") for e in results["errors"])
+
+
+@pytest.mark.spark
+def test_a_retried_final_read_that_succeeds_completes_the_history(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    events = complete_events()
+    failed = {
+        "type": "info",
+        "process": 3,
+        "f": "final-read",
+        "node": "n2",
+        "value": {"table": "t1"},
+        "error": {"code": "UNAVAILABLE", "message": "down", "retriable": True},
+    }
+    events[7:7] = [{"type": "invoke", "process": 3, "f": "final-read", "value": {"table": "t1"}}]
+    events[8:8] = [failed]
+    results = _analyze(spark, tmp_path / "run", events)
+    assert results["valid"] is True, results["errors"]
+
+
+@pytest.mark.spark
+def test_an_anomaly_in_a_cut_history_is_false(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    events = complete_events()[:5]
+    events[4] = copy.deepcopy(events[4])
+    events[4]["value"]["catalog_version"] = 4  # v5 is active at 4200 ms: an ap-violation
+    results = _analyze(spark, tmp_path / "run", events)
+    assert results["valid"] is False and exit_code(results) == 1
+    assert {a["class"] for a in results["anomalies"]} == {"ap-violation"}
+    assert results["errors"], "the missing parts are still named"
+
+
+@pytest.mark.spark
+def test_activation_out_of_order_is_reported_not_a_crash(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    catalog = common_catalog()
+    catalog[3]["activation_ts"] = hlc(500)  # version 4 before version 2 and 3
+    results = _analyze(spark, tmp_path / "run", complete_events(), catalog=catalog)
+    assert results["valid"] is False
+    assert "activation-order" in {a["class"] for a in results["anomalies"]}
+
+
+@pytest.mark.spark
+def test_a_torn_last_line_is_unknown(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    run = write_run(tmp_path / "run", complete_events())
+    text = (run / "history.jsonl").read_text()
+    (run / "history.jsonl").write_text(text[: len(text) - 30])
+    results = analyze_run(run, spark=spark, options=FAST)
+    assert results["valid"] == "unknown"
+    assert any("truncated" in e for e in results["errors"])
+
+
+def test_faults_closed_by_their_stop_or_a_heal_all() -> None:
+    def ev(i: int, f: str) -> dict:
+        return {"index": i, "f": f}
+
+    assert unhealed_faults([ev(0, "start-clock"), ev(1, "stop-clock")]) == []
+    assert unhealed_faults([ev(0, "start-partition"), ev(1, "heal-partition")]) == []
+    assert unhealed_faults([ev(0, "start-kill"), ev(1, "start-pause"), ev(2, "heal-all")]) == []
+    (only,) = unhealed_faults([ev(0, "start-kill"), ev(1, "stop-pause")])
+    assert "start-kill at index 0" in only
+    # a heal-all before a start does not close it
+    assert len(unhealed_faults([ev(0, "heal-all"), ev(1, "start-pause")])) == 1
+
+
+def test_final_reads_follow_a_renamed_table_and_skip_a_dropped_one() -> None:
+    t = {"id": 7, "schema_version": 1, "columns": [], "indexes": []}
+    old = {"tables": {"a": t, "gone": {**t, "id": 8}}}
+    end = {"tables": {"b": {**t, "indexes": [{"name": "ix", "columns": [], "state": "AVAILABLE"}]}}}
+    reads = [{"index": 5, "type": "ok", "table": "b", "index_name": None}]
+    errors, undecided = missing_final_reads({"a", "gone"}, reads, end, [old, end])
+    assert errors == [
+        "no final read of index ix of b (AVAILABLE at the end); the index classes of b are "
+        "undecided"
+    ]
+    assert undecided == {"b"}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("python_validation_max_bytes", [0, 32 * 1024 * 1024])
+@pytest.mark.parametrize(
+    ("line", "path", "value"),
+    [
+        (2, ("value", "participants", 0, "commit_schema_version"), None),
+        (2, ("value", "participants", 0, "commit_schema_version"), "4"),
+        (2, ("value", "ops", 0, "key"), None),
+        (2, ("value", "ops", 0, "schema_version"), None),
+        (5, ("value", "catalog_version"), 1 << 70),
+        (2, ("value", "tables", "t1", "base_ts"), 1.5),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_a_contract_error_at_any_size(
+    line: int,
+    path: tuple,
+    value: object,
+    python_validation_max_bytes: int,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Null or a string where the contract says int, or an int no 64-bit column holds: unknown,
+    naming the line, whether the whole file is validated in Python first or only by Spark."""
+    events = complete_events()
+    target: Any = events[line - 1]
+    for p in path[:-1]:
+        target = target[p]
+    target[path[-1]] = value
+    run = write_run(tmp_path / "run", events)
+    options = AnalyzeOptions(
+        with_stats=False, python_validation_max_bytes=python_validation_max_bytes
+    )
+    results = analyze_run(run, spark=spark, options=options)
+    assert results["valid"] == "unknown" and results["anomalies"] == []
+    assert any(f"history.jsonl line {line}" in e for e in results["errors"]), results["errors"]
+
+
+@pytest.mark.spark
+def test_integers_are_compared_exactly(spark: SparkSession) -> None:  # noqa: F811
+    from pyspark.sql import functions as F
+
+    from checker.durability import same_value
+
+    pairs = [
+        ("9007199254740993", "9007199254740992", False),  # equal as doubles
+        ("9223372036854775807", "9223372036854775807", True),
+        ("1", "1.0", True),
+        ("1.5", "1.50", True),
+        ("a", "a", True),
+        ("a", None, False),
+        (None, None, True),
+    ]
+    df = spark.createDataFrame([(a, b) for a, b, _ in pairs], "a string, b string")
+    got = [r[0] for r in df.select(same_value(F.col("a"), F.col("b"))).collect()]
+    assert got == [same for _, _, same in pairs]

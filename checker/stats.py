@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 
 from checker.catalog_index import Interval, IntervalLookup
 from checker.frames import SCHEMA_ERRORS, RunFrames
+from checker.ingest import CLIENT_PROCESS
 
 QUANTILES = [0.5, 0.9, 0.99]
 MAX_SERIES = 5000
@@ -41,8 +42,24 @@ def compute_stats(
     spark = frames.events.sparkSession
     config = run.get("config", {})
     floor_ms = int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0))
-    end_time = frames.events.agg(F.max("time")).collect()[0][0] or 0
-    out: dict[str, Any] = {"duration_s": end_time / 1e9}
+    # The workload runs from the first client invoke to the last completion before the final
+    # reads: setup before it and the final phase after it are not downtime.
+    client = F.col("process").rlike(CLIENT_PROCESS)
+    done = F.col("type").isin("ok", "fail", "info") & (F.col("f") != "final-read")
+    span = frames.events.agg(
+        F.max("time").alias("end"),
+        F.min(F.when((F.col("type") == "invoke") & client, F.col("time"))).alias("start"),
+        F.max(F.when(done & client, F.col("time"))).alias("workload_end"),
+    ).first()
+    end_time = int(span["end"] or 0) if span is not None else 0
+    start = int(span["start"] or 0) if span is not None else 0
+    workload_end = int(span["workload_end"] or end_time) if span is not None else end_time
+    out: dict[str, Any] = {
+        "duration_s": end_time / 1e9,
+        "workload_start_s": start / 1e9,
+        "workload_end_s": workload_end / 1e9,
+        "workload_duration_s": (workload_end - start) / 1e9,
+    }
     out.update(_outcomes(frames))
     out["latency"] = _latency(frames, floor_ms)
     out["ddl_windows"] = _ddl_windows(frames, run, options)
@@ -50,7 +67,7 @@ def compute_stats(
         out["schema_lag"] = _schema_lag(frames, ack_lookup)
     out["safe_time_waits"] = _safe_time_waits(frames)
     nodes = [str(n) for n in run.get("nodes", [])]
-    out["unavailability"] = _unavailability(frames, nodes, end_time, options)
+    out["unavailability"] = _unavailability(frames, nodes, (start, workload_end), options)
     out["nemesis_windows"] = _nemesis_windows(frames, spark, end_time)
     return out
 
@@ -223,21 +240,25 @@ def _safe_time_waits(frames: RunFrames) -> dict[str, Any]:
 
 
 def _unavailability(
-    frames: RunFrames, nodes: list[str], end_time: int, options: StatsOptions
+    frames: RunFrames, nodes: list[str], workload: tuple[int, int], options: StatsOptions
 ) -> list[dict[str, Any]]:
-    """Spans longer than the threshold in which a node completed no op successfully.
+    """Spans longer than the threshold, inside the workload's span, in which a node completed
+    no op of the workload successfully (times stay on the history's clock).
 
     A gap longer than the threshold T never lies inside one T-wide bucket of time, so the first
     and last success of each bucket per node (an aggregate combined before any shuffle) is all
     the driver needs to find every such gap exactly."""
     threshold = max(1, int(options.unavailable_after_s * 1e9))
-    ok = frames.completions.where((F.col("type") == "ok") & F.col("node").isNotNull())
+    ok = frames.completions.where(
+        (F.col("type") == "ok") & F.col("node").isNotNull() & (F.col("f") != "final-read")
+    )
     buckets = (
         ok.groupBy("node", F.expr(f"time div {threshold}L").alias("bucket"))
         .agg(F.min("time").alias("first"), F.max("time").alias("last"))
         .collect()
     )
-    spans: dict[str, list[tuple[int, int]]] = {n: [(0, 0), (end_time, end_time)] for n in nodes}
+    start, end = workload
+    spans: dict[str, list[tuple[int, int]]] = {n: [(start, start), (end, end)] for n in nodes}
     for r in buckets:
         spans.setdefault(str(r["node"]), []).append((int(r["first"]), int(r["last"])))
     gaps = []

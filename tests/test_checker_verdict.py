@@ -201,3 +201,14 @@ def test_integers_are_compared_exactly(spark: SparkSession) -> None:  # noqa: F8
     df = spark.createDataFrame([(a, b) for a, b, _ in pairs], "a string, b string")
     got = [r[0] for r in df.select(same_value(F.col("a"), F.col("b"))).collect()]
     assert got == [same for _, _, same in pairs]
+
+
+@pytest.mark.spark
+def test_setup_before_the_workload_is_not_downtime(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
+    """The history's first op comes 4 s after time 0 (provisioning): no node was unavailable."""
+    run = write_run(tmp_path / "run", complete_events())
+    results = analyze_run(run, spark=spark, options=AnalyzeOptions())
+    stats = results["stats"]
+    assert stats["unavailability"] == []
+    assert stats["workload_start_s"] == 4.0
+    assert 0 < stats["workload_duration_s"] < stats["duration_s"]

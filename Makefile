@@ -33,6 +33,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 clean: venv
 	$(VENV)/bin/schemachaos clean

@@ -1,33 +1,58 @@
 """The `schemachaos` command: run a test, analyze or report a stored run, repeat one, serve the
 store, build images, clean up after a crash, run the nightly matrix.
 
-Exit codes follow anomalies.md: 0 valid, 1 anomalies, 2 unknown or bad input, 255 a crash of the
-tool itself. Bad input is one line naming the flag, file or host.
+Exit codes are Jepsen's (anomalies.md "Verdict"): 0 valid, 1 anomalies, 2 unknown, 130
+interrupted (Ctrl-C), 254 bad input (a flag, or a file or directory named on the command line
+that is missing or invalid), 255 a crash of the tool itself. Bad input is one line naming the
+flag, file, key or host; a history that breaks the contract is a verdict (2), not bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import ipaddress
 import json
 import os
 import sys
 import time
+import tomllib
+import traceback
 from collections.abc import Sequence
+from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-EXIT_BAD_INPUT = 2
+from harness.cluster import ProvisionError, docker_answers, resolve_backend
+from harness.remote import RemoteError
+from harness.remote_local import check_ports_free, local_address
+from harness.remote_ssh import NodesFileError, load_nodes_file
+from harness.run import (
+    EXIT_INTERRUPTED,
+    EXIT_UNKNOWN,
+    RunOptions,
+    build_schedule,
+    options_from_run_json,
+    run_test,
+)
+from harness.target import TARGETS
+from nemesis import parse_kinds
+from reports.expectation import judge
+from schemasync.toggles import ALL_TOGGLES
+from workloads import WORKLOADS
+from workloads.scenario import ScenarioError, load_run_options, load_scenario
+
+EXIT_BAD_INPUT = 254  # Jepsen's: the arguments (or a file they name) are wrong; nothing ran
+EXIT_CRASH = 255  # a bug in the tool: a traceback and this code, never for bad input
 ROOT_NEMESES = frozenset({"partition", "lagging-learner"})  # iptables/tc on the host
-EXIT_CRASH = 255
 
 
 class BadInput(Exception):
-    """Input the tool refuses: printed as one line, exit 2."""
+    """Input the tool refuses: printed as one line, exit 254."""
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage dump) and exit 2."""
+    """argparse whose errors are one line (no usage dump) and exit 254."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
@@ -63,11 +88,38 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port (0..65535): {value}")
+    return value
+
+
+def _loopback_base(text: str) -> str:
+    """--local-base: node i binds base + i, so the base must be a 127.0.0.0/8 address."""
+    try:
+        address = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IPv4 address: {text!r}") from None
+    if not address.is_loopback:
+        raise argparse.ArgumentTypeError(f"not in 127.0.0.0/8: {text}")
+    return text
+
+
+def _version() -> str:
+    """The installed distribution's version: pyproject's, the one a bug report should name."""
+    try:
+        return metadata.version("schemachaos")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="schemachaos",
         description="Jepsen-style chaos testing of schema synchronization.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser(
@@ -141,11 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--local-base",
+        type=_loopback_base,
         default=None,
         help="local backend: node i binds base+i (127.0.0.10 -> n1 on 127.0.0.11)",
     )
     run.add_argument("--no-analyze", action="store_true", help="record only; no checker, no report")
-    run.add_argument("--no-progress", action="store_true", help="no live display")
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="show nothing while the run goes (default: a live panel on a terminal, else one "
+        "line per phase and per fault)",
+    )
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="also stream controller.log to stderr"
+    )
     run.add_argument(
         "--gate",
         action="store_true",
@@ -153,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     analyze = sub.add_parser("analyze", help="check a stored run (writes results.json)")
-    analyze.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    analyze.add_argument(
+        "run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="one or more run directories"
+    )
     analyze.add_argument("--spark-master", default="local[*]")
 
     report = sub.add_parser("report", help="render report.html, junit.xml and plots of a run")
@@ -165,11 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--store", type=Path, default=None)
     repro.add_argument("--no-analyze", action="store_true")
     repro.add_argument("--no-progress", action="store_true")
+    repro.add_argument("-v", "--verbose", action="store_true")
 
     serve = sub.add_parser("serve", help="browse the store over HTTP")
     serve.add_argument("--store", type=Path, default=Path("store"))
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_non_negative_int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
 
     images = sub.add_parser("images", help="node images")
     images_sub = images.add_subparsers(dest="images_command", required=True, parser_class=Parser)
@@ -196,106 +260,50 @@ def build_parser() -> argparse.ArgumentParser:
 # -- run -----------------------------------------------------------------------------------
 
 
+def _scenario_problem(where: str, e: ScenarioError) -> BadInput:
+    """`<where>: <file>[: <key>]: <why>`; TOML syntax errors carry their line and column."""
+    place = e.path if e.key == "-" else f"{e.path}: {e.key}"
+    return BadInput(f"{where}: {place}: {e.why}")
+
+
 def _scenario_fields(path: Path) -> dict[str, Any]:
     """The run options a scenario sets, by RunOptions field name."""
-    if not path.is_file():
-        raise BadInput(f"--scenario: file not found: {path}")
     try:
-        load_scenario = importlib.import_module("workloads.scenario").load_scenario
-    except (ImportError, AttributeError) as e:
-        raise BadInput(f"--scenario: scenarios are not available ({e})") from e
-    try:
-        scenario = load_scenario(path)
-    except Exception as e:
-        raise BadInput(f"--scenario: {path}: {e}") from e
-    from dataclasses import fields, is_dataclass
-
-    from harness.run import RunOptions
-
-    if hasattr(scenario, "run_options_fields"):
-        raw = dict(scenario.run_options_fields())
-        for extra in ("nemesis_options", "expect"):
-            if hasattr(scenario, extra):
-                raw[extra] = getattr(scenario, extra)
-    elif is_dataclass(scenario):
-        raw = {f.name: getattr(scenario, f.name) for f in fields(scenario)}
-    else:
-        raw = dict(scenario)
-    aliases = {"name": "test_name", "path": "scenario"}
-    known = {f.name for f in fields(RunOptions)}
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = aliases.get(key, key)
-        if name not in known or value is None:
-            continue
-        if name in {"nemesis", "toggles", "expect"}:
-            value = tuple(value)
-        elif name in {"target_config", "workload_options", "nemesis_options"}:
-            value = dict(value)
-        elif name == "scenario":
-            value = Path(value)
-        out[name] = value
-    return out
+        return load_run_options(path)
+    except ScenarioError as e:
+        raise _scenario_problem("--scenario", e) from e
 
 
 def _nemesis_kinds(text: str) -> tuple[str, ...]:
-    try:
-        parse_kinds = importlib.import_module("nemesis").parse_kinds
-    except (ImportError, AttributeError) as e:
-        if text.strip() in {"", "none"}:
-            return ()
-        raise BadInput(f"--nemesis: nemeses are not available ({e})") from e
     try:
         return tuple(parse_kinds(text))
     except ValueError as e:
         raise BadInput(f"--nemesis: {e}") from e
 
 
-def _known_toggles() -> frozenset[str] | None:
-    try:
-        from schemasync.toggles import ALL_TOGGLES
-    except ImportError:
-        return None
-    return ALL_TOGGLES
-
-
-def _validate(opts: Any) -> None:
+def _validate(opts: RunOptions) -> None:
     """Refuse bad input before anything is started; raise BadInput naming the flag."""
-    from harness.cluster import docker_answers
-    from harness.run import build_schedule
-
     if opts.voters > opts.nodes and opts.backend != "ssh":
         raise BadInput(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
-    from harness.target import TARGETS
-
     if opts.target not in TARGETS:
         raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
-    known_toggles = _known_toggles()
     for toggle in opts.toggles:
-        if known_toggles is not None and toggle not in known_toggles:
+        if toggle not in ALL_TOGGLES:
             raise BadInput(
-                f"--toggle: unknown toggle {toggle!r} (known: {', '.join(sorted(known_toggles))})"
+                f"--toggle: unknown toggle {toggle!r} (known: {', '.join(sorted(ALL_TOGGLES))})"
             )
-    try:
-        workloads = importlib.import_module("workloads")
-        names = getattr(workloads, "WORKLOADS", None)
-        if names and opts.workload not in names:
-            raise BadInput(
-                f"--workload: unknown workload {opts.workload!r} (known: {', '.join(names)})"
-            )
-    except ImportError:
-        pass
+    if opts.workload not in WORKLOADS:
+        raise BadInput(
+            f"--workload: unknown workload {opts.workload!r} (known: {', '.join(WORKLOADS)})"
+        )
     if opts.nemesis:
         nodes = [f"n{i}" for i in range(1, opts.nodes + 1)]
         try:
             build_schedule(opts, nodes, nodes[: opts.voters], nodes[opts.voters :])
-        except ImportError as e:
-            raise BadInput(f"--nemesis: nemeses are not available ({e})") from e
         except (ValueError, KeyError) as e:
-            raise BadInput(f"--nemesis: {e}") from e
+            where = "--nemesis" if opts.scenario is None else f"--scenario: {opts.scenario}"
+            raise BadInput(f"{where}: nemesis: {e}") from e
     if opts.backend == "ssh":
-        from harness.remote_ssh import NodesFileError, load_nodes_file
-
         if opts.nodes_file is None:
             raise BadInput("--nodes-file: required with --backend ssh")
         try:
@@ -304,6 +312,10 @@ def _validate(opts: Any) -> None:
             raise BadInput(f"--nodes-file: {e}") from e
     elif opts.nodes_file is not None and not opts.nodes_file.is_file():
         raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
+    try:
+        opts.store.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--store: cannot create {opts.store}: {e.strerror or e}") from e
     if opts.backend == "docker" and not docker_answers():
         raise BadInput("--backend docker: the Docker engine does not answer")
     needs_root = sorted(set(opts.nemesis) & ROOT_NEMESES)
@@ -313,19 +325,18 @@ def _validate(opts: Any) -> None:
             "(run as root, or use --backend docker)"
         )
     if opts.backend == "local" or (opts.backend == "auto" and not docker_answers()):
-        from harness.remote import RemoteError
-        from harness.remote_local import check_ports_free, local_address
-
         try:
-            check_ports_free([local_address(i, opts.local_base) for i in range(1, opts.nodes + 1)])
+            addresses = [local_address(i, opts.local_base) for i in range(1, opts.nodes + 1)]
+        except ValueError as e:
+            raise BadInput(f"--local-base: {e}") from e
+        try:
+            check_ports_free(addresses)
         except RemoteError as e:
             raise BadInput(f"--backend local: {str(e).removeprefix('local: ')}") from e
 
 
-def _run_options(args: argparse.Namespace) -> tuple[Any, bool]:
+def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
     """RunOptions from scenario then flags, and whether the nemesis list is the default."""
-    from harness.run import RunOptions
-
     given: dict[str, Any] = {}
     if args.scenario is not None:
         given.update(_scenario_fields(args.scenario))
@@ -363,18 +374,16 @@ def _run_options(args: argparse.Namespace) -> tuple[Any, bool]:
         raise BadInput(f"--scenario: {e}") from e
 
 
-def _execute(opts: Any, show_progress: bool, default_nemesis: bool = False) -> tuple[int, Path]:
-    from dataclasses import replace
-
-    from harness.cluster import ProvisionError, resolve_backend
-    from harness.run import run_test
-
+def _execute(
+    opts: RunOptions, show_progress: bool, default_nemesis: bool = False, verbose: bool = False
+) -> tuple[int, Path]:
     try:
         backend, why = resolve_backend(opts.backend)
     except ProvisionError as e:
         raise BadInput(str(e)) from e
     print(f"schemachaos: {why}", file=sys.stderr)
-    opts = replace(opts, backend=backend)
+    # absolute: local nodes run in their own directory under the store, and cd there first
+    opts = replace(opts, backend=backend, store=opts.store.resolve())
     if backend == "local" and os.geteuid() != 0:
         print(
             "schemachaos: not root: the local backend cannot inject network faults",
@@ -383,13 +392,14 @@ def _execute(opts: Any, show_progress: bool, default_nemesis: bool = False) -> t
         if default_nemesis:
             opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in ROOT_NEMESES))
     _validate(opts)
-    if not show_progress:
+    if not show_progress and not verbose:
         outcome = run_test(opts)
     else:
-        from harness.progress import LiveProgress
+        from harness.progress import LineProgress, run_display
 
-        with LiveProgress() as live:
-            outcome = run_test(opts, progress=live.update)
+        display = run_display(verbose) if show_progress else LineProgress(sys.stderr, verbose)
+        with display:
+            outcome = run_test(opts, progress=display.update if show_progress else None)
     results_path = outcome.run_dir / "results.json"
     verdict = "not analyzed"
     if results_path.is_file():
@@ -401,36 +411,30 @@ def _execute(opts: Any, show_progress: bool, default_nemesis: bool = False) -> t
         if anomalies:
             classes = sorted({a.get("class", "?") for a in anomalies})
             verdict += f", {len(anomalies)} anomalies ({', '.join(classes)})"
-    print(f"{outcome.run_dir}: {verdict} (exit {outcome.exit_code})")
+    faults = ", ".join(f"{k} ×{n}" for k, n in sorted(outcome.faults_run.items())) or "none"
+    print(f"{outcome.run_dir}: {verdict}; faults run: {faults} (exit {outcome.exit_code})")
     return outcome.exit_code, outcome.run_dir
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.gate and args.no_analyze:
+        raise BadInput("--gate: gates on the analysis, which --no-analyze skips")
     opts, default_nemesis = _run_options(args)
-    code, run_dir = _execute(opts, not args.no_progress, default_nemesis)
+    code, run_dir = _execute(opts, not args.no_progress, default_nemesis, args.verbose)
     return gate(run_dir, opts.expect) if args.gate and code in (0, 1) else code
 
 
 def gate(run_dir: Path, expect: Sequence[str]) -> int:
-    """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise."""
-    results = json.loads((run_dir / "results.json").read_text())
-    if results.get("valid") == "unknown":
-        return EXIT_BAD_INPUT
-    found = {a.get("class") for a in results.get("anomalies", [])}
-    expected = set(expect)
-    missed, unexpected = sorted(expected - found), sorted(found - expected)
-    if not missed and not unexpected:
-        print(f"gate: as expected ({', '.join(sorted(expected)) or 'no anomalies'})")
-        return 0
-    print(f"gate: missed {missed or 'nothing'}, unexpected {unexpected or 'nothing'}")
-    return 1
+    """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise, 2 unknown.
+    The judgement is reports.expectation's, the same the report, junit.xml and nightly show."""
+    verdict = judge(json.loads((run_dir / "results.json").read_text()), expect)
+    if verdict.status == "unknown":
+        return EXIT_UNKNOWN
+    print(f"gate: {verdict.describe()}")
+    return 0 if verdict.passed else 1
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from harness.run import options_from_run_json
-
     run_dir = _run_dir(args.run_dir)
     run_json = run_dir / "run.json"
     if not run_json.is_file():
@@ -443,7 +447,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         opts = replace(opts, backend=args.backend)
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
-    code, new_dir = _execute(opts, show_progress=not args.no_progress)
+    code, new_dir = _execute(opts, show_progress=not args.no_progress, verbose=args.verbose)
     before, after = _classes(run_dir), _classes(new_dir)
     if before is not None and after is not None:
         if before == after:
@@ -465,6 +469,8 @@ def _classes(run_dir: Path) -> set[str] | None:
 
 
 def _run_dir(path: Path) -> Path:
+    """RUN_DIR as given on the command line: missing or not a directory is bad input (254);
+    what is inside it is the checker's to judge (a broken history is a verdict, unknown)."""
     if not path.exists():
         raise BadInput(f"RUN_DIR: not found: {path}")
     if not path.is_dir():
@@ -473,38 +479,50 @@ def _run_dir(path: Path) -> Path:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    run_dir = _run_dir(args.run_dir)
-    analyze = importlib.import_module("checker.analyze")
-    results = analyze.analyze_run(run_dir, spark_master=args.spark_master)
-    anomalies = results.get("anomalies", [])
-    print(f"{run_dir}: valid={results.get('valid')}, {len(anomalies)} anomalies")
-    for a in anomalies[:20]:
-        print(f"  {a.get('class')}: {a.get('explanation')}")
-    for err in results.get("errors", []):
-        print(f"  error: {err}")
-    return int(analyze.exit_code(results))
+    """Every RUN_DIR judged in one Spark application; exit 1 if any has anomalies, else 2 if
+    any is unknown, else 0."""
+    run_dirs = [_run_dir(d) for d in args.run_dirs]  # all checked before Spark starts
+    from checker.analyze import analyze_runs, combined_exit_code  # pyspark: only now
+
+    all_results = analyze_runs(run_dirs, spark_master=args.spark_master)
+    for run_dir, results in zip(run_dirs, all_results, strict=True):
+        anomalies = results.get("anomalies", [])
+        print(f"{run_dir}: valid={results.get('valid')}, {len(anomalies)} anomalies")
+        for a in anomalies[:20]:
+            print(f"  {a.get('class')}: {a.get('explanation')}")
+        for err in results.get("errors", []):
+            print(f"  error: {err}")
+    return combined_exit_code(all_results)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """A directory that is not a run (neither run.json nor history.jsonl) is bad input and is
+    left untouched; a run with a broken or partial history still gets its UNKNOWN page."""
     run_dir = _run_dir(args.run_dir)
-    render = importlib.import_module("reports.render")
-    print(render.render_report(run_dir))
+    from reports.render import render_report  # matplotlib: only when rendering
+    from reports.rundata import NotARunDirectory
+
+    try:
+        print(render_report(run_dir))
+    except NotARunDirectory as e:
+        raise BadInput(f"RUN_DIR: {e}") from e
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if not args.store.is_dir():
         raise BadInput(f"--store: not a directory: {args.store}")
-    serve = importlib.import_module("reports.serve")
+    from reports.serve import serve
+
     try:
-        serve.serve(args.store, host=args.host, port=args.port)
+        serve(args.store, host=args.host, port=args.port)
     except OSError as e:
         raise BadInput(f"--port: cannot listen on {args.host}:{args.port}: {e.strerror}") from e
     return 0
 
 
 def cmd_images_build(args: argparse.Namespace) -> int:
-    from harness.cluster import docker_answers
+    """A failed build is reported like a run whose setup failed: one line, exit 2."""
     from harness.images import ImageBuildError, ensure_images
     from harness.progress import build_progress
 
@@ -516,7 +534,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
             tags = ensure_images(progress=report, force=args.force)
     except ImageBuildError as e:
         print(f"images build: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_UNKNOWN
     print(f"{tags.node} (base {tags.base}) ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -525,8 +543,6 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from harness.cluster import clean
 
     if args.nodes_file is not None:
-        from harness.remote_ssh import NodesFileError, load_nodes_file
-
         try:
             load_nodes_file(args.nodes_file)
         except NodesFileError as e:
@@ -538,25 +554,83 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_nightly(args: argparse.Namespace) -> int:
-    if not args.matrix.is_file():
-        raise BadInput(f"--matrix: file not found: {args.matrix}")
+MATRIX_SHAPE = {  # top-level key of a nightly matrix -> its type and how to say it
+    "seeds": (list, "a list of integers"),
+    "defaults": (dict, "a table"),
+    "scenario": (list, "an array of tables ([[scenario]])"),
+    "nemesis": (list, "an array of tables ([[nemesis]])"),
+}
+
+
+def _check_matrix(path: Path) -> None:
+    """The whole matrix is read before the first cell runs: a typo in it, or in a scenario
+    file it names, is bad input now, not a failed cell hours into the night."""
+    from reports.nightly import load_matrix
+
+    if not path.is_file():
+        raise BadInput(f"--matrix: file not found: {path}")
     try:
-        nightly = importlib.import_module("reports.nightly")
-    except ImportError as e:
-        raise BadInput(f"nightly: not available ({e})") from e
-    for name in ("run_nightly", "run_matrix"):
-        fn = getattr(nightly, name, None)
-        if fn is not None:
-            kwargs: dict[str, Any] = {"store": args.store}
-            if args.backend:
-                kwargs["backend"] = args.backend
-            return int(fn(args.matrix, **kwargs))
-    main_fn = nightly.main
-    argv = ["--matrix", str(args.matrix), "--store", str(args.store)]
-    if args.backend:
-        argv += ["--backend", args.backend]
-    return int(main_fn(argv))
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BadInput(f"--matrix: {path}: cannot read: {e.strerror or e}") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # the line and column
+        raise BadInput(f"--matrix: {path}: not valid TOML: {e}") from e
+    for key, value in raw.items():
+        if key not in MATRIX_SHAPE:
+            raise BadInput(
+                f"--matrix: {path}: {key}: unknown key (known: {', '.join(MATRIX_SHAPE)})"
+            )
+        kind, shape = MATRIX_SHAPE[key]
+        if not isinstance(value, kind):
+            raise BadInput(f"--matrix: {path}: {key}: must be {shape}")
+        if key in ("scenario", "nemesis"):
+            for i, entry in enumerate(value):
+                if not isinstance(entry, dict):
+                    raise BadInput(f"--matrix: {path}: {key} #{i + 1}: must be a table")
+                for name in ("toggles", "expect", "nemeses", "kinds"):
+                    if name in entry and not isinstance(entry[name], list):
+                        raise BadInput(f"--matrix: {path}: {key} #{i + 1}: {name}: must be a list")
+    try:
+        matrix = load_matrix(path)
+    except (ValueError, TypeError, KeyError) as e:  # load_matrix's own name the file
+        why = str(e) if str(e).startswith(f"{path}:") else f"{path}: {type(e).__name__}: {e}"
+        raise BadInput(f"--matrix: {why}") from e
+    for nemesis in matrix.nemeses:
+        try:
+            parse_kinds(nemesis.kinds)
+        except ValueError as e:
+            raise BadInput(f"--matrix: {path}: nemesis {nemesis.name!r}: kinds: {e}") from e
+    for scenario in matrix.scenarios:
+        where = f"--matrix: {path}: scenario {scenario.name!r}"
+        unknown = sorted(set(scenario.toggles) - ALL_TOGGLES)
+        if unknown:
+            raise BadInput(f"{where}: toggles: unknown {unknown}")
+        named = sorted(set(scenario.nemeses or ()) - {n.name for n in matrix.nemeses})
+        if named:
+            raise BadInput(f"{where}: nemeses: no [[nemesis]] named {named}")
+        if scenario.workload is not None and scenario.workload not in WORKLOADS:
+            raise BadInput(f"{where}: workload: unknown workload {scenario.workload!r}")
+        if scenario.scenario_file:
+            try:
+                load_scenario(Path(scenario.scenario_file))
+            except ScenarioError as e:
+                raise _scenario_problem(f"{where}: scenario_file", e) from e
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from reports.nightly import NightlyCell, RunOutcomeLike, harness_runner, run_nightly
+
+    _check_matrix(args.matrix)
+    run_cell = harness_runner(args.backend)
+
+    def run_or_stop(cell: NightlyCell, store: Path) -> RunOutcomeLike:
+        """Ctrl-C stops the night, not only the cell it came in (run_test absorbs it)."""
+        outcome = run_cell(cell, store)
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        return outcome
+
+    return run_nightly(args.matrix, store=args.store.resolve(), runner=run_or_stop).exit_code
 
 
 COMMANDS = {
@@ -571,6 +645,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (argparse's own errors leave by SystemExit(254))."""
     args = build_parser().parse_args(argv)
     command = args.command
     try:
@@ -582,13 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"schemachaos {command}: interrupted", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except FileNotFoundError as e:
-        print(f"schemachaos {command}: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_INTERRUPTED
     except Exception as e:
-        import traceback
-
         traceback.print_exc()
         print(f"schemachaos {command}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_CRASH

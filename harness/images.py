@@ -15,10 +15,13 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CLUSTER_IMAGES = REPO_ROOT / "cluster-images"
+# Package data of harness, so a plain (non-editable) `pip install .` can build images too: in a
+# checkout harness/cluster-images links to the top-level cluster-images/, a wheel holds the files.
+CLUSTER_IMAGES = Path(str(resources.files("harness").joinpath("cluster-images")))
 SCHEMASYNC_DIR = REPO_ROOT / "schemasync"
 SUITE = "bookworm"
 PACKAGES = (

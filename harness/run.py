@@ -1,25 +1,27 @@
 """One chaos test end to end: run.json, cluster, target, clients + nemesis, final reads, verdict.
 
 The order is docs/interfaces.md "Run orchestration". Teardown always runs (exception, Ctrl-C,
-SIGTERM); a run that could not be set up, or was interrupted, has verdict `unknown` (exit 2),
-never a pass.
+SIGTERM); a run that could not be set up, or was interrupted, has verdict `unknown`, never a
+pass. Its exit code is 2 (unknown), or 130 when Ctrl-C (SIGINT) stopped it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
+import json
 import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.cluster import (
+    Cluster,
     ClusterSpec,
     ProvisionError,
+    Terminated,
     ignore_signals,
     node_names,
     provision,
@@ -27,12 +29,29 @@ from harness.cluster import (
     split_roles,
     teardown_on_signals,
 )
-from harness.store import RunDir, controller_logging, detach_logging, new_run_dir, write_json
-from harness.target import TargetSetupError
+from harness.provenance import distribution_version, provenance
+from harness.store import (
+    RunDir,
+    controller_logging,
+    detach_logging,
+    new_run_dir,
+    write_json,
+    write_jsonl,
+)
+from harness.target import Target, TargetSetupError, load_target
+from nemesis import NemesisContext, heal_all, schedule_to_json
+from nemesis import build_schedule as nemesis_schedule
+from nemesis.delay import DelayNemesis
+from nemesis.schedule import NemesisStep
+from workloads import build_generator
+from workloads.final import final_reads, tables_and_indexes
+from workloads.history import HistoryRecorder
+from workloads.runner import run_clients
 
 log = logging.getLogger("schemachaos.run")
-HARNESS_VERSION = "0.1.0"
+HARNESS_VERSION = "0.1.0"  # when not installed (pyproject's version otherwise)
 EXIT_UNKNOWN = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
 
 
 @dataclass(frozen=True)
@@ -71,72 +90,77 @@ class RunOptions:
 class RunOutcome:
     run_dir: Path
     exit_code: int
+    faults_run: dict[str, int] = field(default_factory=dict)  # fault kind -> times started
+
+
+@dataclass(frozen=True)
+class ProgressNote:
+    """A moment worth a line of its own in CI output: a phase begins, a fault starts or ends."""
+
+    at: float  # time.monotonic()
+    what: str  # "phase" or the nemesis event's f (start-partition, heal-all, ...)
+    text: str  # the phase's name, or the fault's kind
+    value: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class RunProgress:
-    """What the live display shows; updated from the clients' progress callback and the
-    nemesis events."""
+    """What the displays show; updated from the clients' progress callback and the nemesis
+    events. `faults` is what is in force now, `faults_run` every kind that ran (the final
+    summary names them: heal-all has emptied `faults` by then), `notes` the line-per-event
+    log a display without a terminal prints as it grows."""
 
     phase: str = "starting"
     started: float = field(default_factory=time.monotonic)
     time_limit_s: float = 0.0
     counts: dict[str, Any] = field(default_factory=dict)
     faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults_run: dict[str, int] = field(default_factory=dict)
+    notes: list[ProgressNote] = field(default_factory=list)
     backend: str = ""
     run_dir: str = ""
+    created: float = field(default_factory=time.monotonic)
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
+        self.notes.append(ProgressNote(time.monotonic(), "phase", phase))
         log.info("phase: %s", phase)
+
+    def fault_event(self, f: str, value: dict[str, Any]) -> None:
+        """A nemesis event: the faults in force (by fault id, a kind may overlap itself), the
+        kinds that ran, and a note."""
+        kind = str(value.get("kind") or (f.split("-", 1)[1] if "-" in f else f))
+        key = f"{kind}#{value['fault']}" if "fault" in value else kind
+        if f.startswith("start-"):
+            self.faults[key] = {"kind": kind, **value}
+            self.faults_run[kind] = self.faults_run.get(kind, 0) + 1
+        elif f == "heal-all":
+            self.faults.clear()
+        elif f.startswith(("stop-", "heal-")):
+            self.faults.pop(key, None)
+        self.notes.append(ProgressNote(time.monotonic(), f, kind, value))
 
 
 ProgressSink = Callable[[RunProgress], None]
 
 
-def _import(module: str, attr: str) -> Any:
-    return getattr(importlib.import_module(module), attr)
-
-
-def _first(candidates: list[tuple[str, str]]) -> Any:
-    errors = []
-    for module, attr in candidates:
-        try:
-            return _import(module, attr)
-        except (ImportError, AttributeError) as e:
-            errors.append(f"{module}.{attr}: {e}")
-    raise ImportError("; ".join(errors))
-
-
 def build_schedule(
     opts: RunOptions, nodes: list[str], voters: list[str], learners: list[str]
-) -> list[Any]:
+) -> list[NemesisStep]:
+    """The run's fault schedule (empty without nemeses); ValueError names a bad kind/option."""
     if not opts.nemesis:
         return []
-    fn = _first([("nemesis", "build_schedule"), ("nemesis.schedule", "build_schedule")])
-    return list(
-        fn(
-            list(opts.nemesis),
-            opts.nemesis_interval_s,
-            opts.time_limit_s,
-            opts.seed,
-            nodes,
-            voters,
-            learners,
-            max_skew_s=opts.max_skew_ms / 1000.0,
-            options={"delay_ms": opts.delay_ms, **opts.nemesis_options},
-        )
+    return nemesis_schedule(
+        list(opts.nemesis),
+        opts.nemesis_interval_s,
+        opts.time_limit_s,
+        opts.seed,
+        nodes,
+        voters,
+        learners,
+        max_skew_s=opts.max_skew_ms / 1000.0,
+        options={"delay_ms": opts.delay_ms, **opts.nemesis_options},
     )
-
-
-def _step_json(step: Any) -> Any:
-    to_json = getattr(step, "to_json", None)
-    if callable(to_json):
-        return to_json()
-    try:
-        return asdict(step)
-    except TypeError:
-        return step
 
 
 def run_json(
@@ -146,11 +170,14 @@ def run_json(
     nodes: list[str],
     voters: list[str],
     learners: list[str],
-    schedule: list[Any],
+    schedule: list[NemesisStep],
     start_wall_ms: int,
     target_clock: str,
 ) -> dict[str, Any]:
-    """run.json of history.md: how this run was made, with the nemesis schedule as data."""
+    """run.json of history.md: how this run was made, with the nemesis schedule as data, the
+    scenario's `expect` (reports judge by it as --gate does) and the provenance."""
+    installed = distribution_version("schemachaos")
+    version = HARNESS_VERSION if installed == "unknown" else installed
     return {
         "test": run.test,
         "run_id": run.run_id,
@@ -165,7 +192,7 @@ def run_json(
         "nemesis": {
             "kinds": list(opts.nemesis),
             "interval_s": opts.nemesis_interval_s,
-            "schedule": [_step_json(s) for s in schedule],
+            "schedule": schedule_to_json(schedule),
             "options": opts.nemesis_options,
         },
         "workload": {
@@ -176,7 +203,8 @@ def run_json(
             "scenario": str(opts.scenario) if opts.scenario else None,
         },
         "start_wall_ms": start_wall_ms,
-        "harness_version": HARNESS_VERSION,
+        "harness_version": version,
+        "provenance": provenance(opts.target, backend, version),
         "expect": list(opts.expect),
         "options": {
             "nodes": opts.nodes,
@@ -223,9 +251,8 @@ def _node_layout(opts: RunOptions, backend: str) -> list[str]:
 
 
 def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutcome:
-    """Run one test; always returns (never raises for setup or run failures)."""
-    from harness.target import load_target
-
+    """Run one test; always returns (never raises for setup or run failures). Exit code 130
+    when Ctrl-C stopped it, so the caller can stop too (a nightly matrix must not go on)."""
     state = RunProgress(time_limit_s=opts.time_limit_s)
     notify = (lambda: progress(state)) if progress else (lambda: None)
     run = new_run_dir(opts.store, opts.test_name or opts.workload)
@@ -233,8 +260,9 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
     handler = controller_logging(run)
     errors: list[str] = []
     interrupted: str | None = None
+    by_ctrl_c = False
     exit_code = EXIT_UNKNOWN
-    recorder: Any = None
+    recorder: ObservedRecorder | None = None
     try:
         with teardown_on_signals():
             try:
@@ -245,7 +273,6 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 voters, learners = split_roles(nodes, min(opts.voters, len(nodes)))
                 target = load_target(opts.target)
                 schedule = build_schedule(opts, nodes, voters, learners)
-                recorder_cls = _import("workloads.history", "HistoryRecorder")
                 start_ns = time.monotonic_ns()
                 start_wall_ms = time.time_ns() // 1_000_000
                 write_json(
@@ -262,7 +289,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                         target.clock,
                     ),
                 )
-                recorder = _observed_recorder(recorder_cls)(run.history, start_ns, state, notify)
+                recorder = ObservedRecorder(run.history, start_ns, state, notify)
                 _run_cluster(opts, run, backend, target, schedule, recorder, state, notify)
             except KeyboardInterrupt as e:
                 interrupted = str(e) or "SIGINT"
@@ -273,7 +300,8 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
             except Exception as e:
                 errors.append(f"run failed: {type(e).__name__}: {e}")
                 log.error("run failed: %s\n%s", e, traceback.format_exc())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        by_ctrl_c = not isinstance(e, Terminated)  # SIGTERM/SIGHUP: the run is just unknown
         errors.append(f"interrupted ({interrupted or 'SIGINT'}); the history is a prefix")
         log.warning("interrupted; cluster torn down")
     finally:
@@ -287,7 +315,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 state.set_phase("unknown")
                 notify()
                 write_json(run.results, unknown_results(errors))
-                exit_code = EXIT_UNKNOWN
+                exit_code = EXIT_INTERRUPTED if by_ctrl_c else EXIT_UNKNOWN
             elif opts.no_analyze:
                 state.set_phase("done (not analyzed)")
                 notify()
@@ -296,42 +324,33 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 exit_code = _analyze(run.path, opts.spark_master, state, notify)
         finally:
             detach_logging(handler)
-    return RunOutcome(run_dir=run.path, exit_code=exit_code)
+    return RunOutcome(run_dir=run.path, exit_code=exit_code, faults_run=dict(state.faults_run))
 
 
-def _observed_recorder(base: type) -> type:
+class ObservedRecorder(HistoryRecorder):
     """The history recorder, also keeping the live display's list of active faults."""
 
-    class ObservedRecorder(base):  # type: ignore[valid-type, misc]
-        def __init__(
-            self, path: Path, start_ns: int, state: RunProgress, notify: Callable[[], None]
-        ) -> None:
-            super().__init__(path, start_monotonic_ns=start_ns)
-            self._state = state
-            self._notify = notify
+    def __init__(
+        self, path: Path, start_ns: int, state: RunProgress, notify: Callable[[], None]
+    ) -> None:
+        super().__init__(path, start_monotonic_ns=start_ns)
+        self._state = state
+        self._notify = notify
 
-        def nemesis(self, f: str, value: dict) -> dict:
-            event = super().nemesis(f, value)
-            kind = f.split("-", 1)[1] if "-" in f else f
-            if f.startswith("start-"):
-                self._state.faults[kind] = dict(value or {})
-            elif f.startswith(("stop-", "heal-")):
-                self._state.faults.pop(kind, None)
-                if f == "heal-all":
-                    self._state.faults.clear()
-            self._notify()
-            return event
-
-    return ObservedRecorder
+    def nemesis(self, f: str, value: dict) -> dict:
+        event = super().nemesis(f, value)
+        self._state.fault_event(f, dict(value or {}))
+        self._notify()
+        return event
 
 
 def _run_cluster(
     opts: RunOptions,
     run: RunDir,
     backend: str,
-    target: Any,
-    schedule: list[Any],
-    recorder: Any,
+    target: Target,
+    schedule: list[NemesisStep],
+    recorder: ObservedRecorder,
     state: RunProgress,
     notify: Callable[[], None],
 ) -> None:
@@ -345,6 +364,8 @@ def _run_cluster(
         local_base=opts.local_base,
         ready_timeout_s=opts.ready_timeout_s,
     )
+    if spec.image is not None:
+        _record_images(run, {"node": spec.image})
     state.set_phase("provisioning")
     notify()
     with provision(spec, run.run_id, run.tmp) as cluster:
@@ -375,47 +396,38 @@ def _run_cluster(
                 target.teardown()
 
 
+def _record_images(run: RunDir, images: dict[str, str]) -> None:
+    """The image tags into run.json's provenance: known only once the backend resolved (or
+    built) them, after run.json was first written."""
+    data = json.loads(run.run_json.read_text())
+    data.setdefault("provenance", {})["images"] = images
+    write_json(run.run_json, data)
+
+
 def _tables_and_indexes(catalog: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the final reads cover: the workload's choice over the newest catalog version."""
     if not catalog:
         return []
-    latest = max(catalog, key=lambda c: c.get("catalog_version", 0))
-    try:
-        return list(_import("workloads.final", "tables_and_indexes")(latest))
-    except (ImportError, AttributeError):
-        pass
-    wanted: list[dict[str, Any]] = []
-    for name, table in sorted(latest.get("tables", {}).items()):
-        wanted.append({"table": name})
-        for index in table.get("indexes", []):
-            if index.get("state") == "AVAILABLE":
-                wanted.append({"table": name, "index": index["name"]})
-    return wanted
+    return tables_and_indexes(max(catalog, key=lambda c: c.get("catalog_version", 0)))
 
 
 async def _exercise(
     opts: RunOptions,
     run: RunDir,
-    cluster: Any,
-    target: Any,
-    schedule: list[Any],
-    recorder: Any,
+    cluster: Cluster,
+    target: Target,
+    schedule: list[NemesisStep],
+    recorder: ObservedRecorder,
     state: RunProgress,
     notify: Callable[[], None],
 ) -> None:
     """Clients and nemesis side by side, then heal, final reads, and the catalog log."""
-    from harness.store import write_jsonl
-
-    build_generator = _import("workloads", "build_generator")
-    run_clients = _import("workloads.runner", "run_clients")
-    final_reads = _import("workloads.final", "final_reads")
     options = dict(opts.workload_options)
     options.setdefault("nodes", cluster.nodes)
     generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
-    nemesis_ctx = None
+    nemesis_ctx: NemesisContext | None = None
     if schedule:
-        ctx_cls = _first([("nemesis", "NemesisContext"), ("nemesis.runner", "NemesisContext")])
-        nemesis_ctx = ctx_cls(
+        nemesis_ctx = NemesisContext(
             cluster=cluster,
             target=target,
             config={
@@ -435,11 +447,11 @@ async def _exercise(
     state.started = time.monotonic()
     notify()
     stop = asyncio.Event()
-    player = None
+    player: DelayNemesis | None = None
     async with asyncio.TaskGroup() as tg:
         if nemesis_ctx is not None:
             # plays every kind: `delay` itself, the others through nemesis.runner.apply_step
-            player = _import("nemesis.delay", "DelayNemesis")(nemesis_ctx, opts.delay_ms)
+            player = DelayNemesis(nemesis_ctx, opts.delay_ms)
             tg.create_task(player.play(schedule, recorder, stop))
         try:
             summary = await run_clients(
@@ -459,7 +471,6 @@ async def _exercise(
     if nemesis_ctx is not None:
         state.set_phase("healing")
         notify()
-        heal_all = _first([("nemesis", "heal_all"), ("nemesis.runner", "heal_all")])
         async with asyncio.timeout(120):
             await heal_all(nemesis_ctx, recorder)
             if player is not None:
@@ -482,8 +493,9 @@ def _analyze(
     state.set_phase("analyzing")
     notify()
     try:
-        analyze_run = _import("checker.analyze", "analyze_run")
-        exit_code = _import("checker.analyze", "exit_code")
+        # imported here, not at the top: pyspark loads only for a run that is analyzed
+        from checker.analyze import analyze_run, exit_code
+
         results = analyze_run(run_dir, spark_master=spark_master)
         code = int(exit_code(results))
     except Exception as e:
@@ -494,7 +506,8 @@ def _analyze(
     state.set_phase("reporting")
     notify()
     try:
-        render_report = _import("reports.render", "render_report")
+        from reports.render import render_report  # matplotlib, likewise
+
         render_report(run_dir)
     except Exception as e:
         log.error("report failed: %s", e)
@@ -505,8 +518,6 @@ def _analyze(
 
 def options_from_run_json(run_json_path: Path, store: Path | None = None) -> RunOptions:
     """RunOptions that repeat a stored run: same seed, nodes, nemesis, workload, config."""
-    import json
-
     data = json.loads(run_json_path.read_text())
     config = dict(data.get("config", {}))
     nemesis = data.get("nemesis", {})

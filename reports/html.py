@@ -1,31 +1,34 @@
 """The self-contained report.html of one run: verdict, anomalies, plots, op timeline, config.
 
 Everything the page needs is inside it (CSS, JS, plots as base64 PNG, ops as embedded JSON), so it
-works from a file:// URL, from `schemachaos serve`, or attached to a CI job, with no fetches.
+works from a file:// URL, from `schemachaos serve`, or attached to a CI job, with no fetches. The
+page is templates/report.html through reports.templating (autoescaped); this module only
+gathers what it shows, as plain data.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-import html
 import json
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from importlib import resources
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from reports.expectation import expect_of, judge
 from reports.plots import PlotFile, nemesis_colours
 from reports.rundata import OUTCOMES, RunData
+from reports.templating import render
 
 MAX_EMBEDDED_OPS = 120_000  # above this the timeline embeds a sample plus every non-ok op
 MAX_WITNESS_EVENTS = 2_000
 MAX_ANOMALY_ROWS = 1_000
 MAX_NEMESIS_ROWS = 2_000
+MAX_WITNESS_LINKS = 50  # per anomaly row; the rest are counted
 RUN_KEYS = (
     "test",
     "seed",
@@ -37,25 +40,6 @@ RUN_KEYS = (
     "learners",
     "harness_version",
 )
-
-
-def _template(name: str) -> str:
-    return resources.files("reports").joinpath("templates", name).read_text(encoding="utf-8")
-
-
-def _fill(template: str, values: Mapping[str, str]) -> str:
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _json_block(value: Any, limit: int = 200_000) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, default=str)
-    if len(text) > limit:
-        text = text[:limit] + "\n... (truncated)"
-    return f"<pre>{_e(text)}</pre>"
 
 
 def verdict_of(results: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -77,113 +61,117 @@ def verdict_of(results: Mapping[str, Any] | None) -> tuple[str, str]:
     return "unknown", "UNKNOWN: the run could not be judged"
 
 
-def _anomaly_table(results: Mapping[str, Any] | None) -> str:
-    anomalies = list((results or {}).get("anomalies") or [])
-    if not anomalies:
-        return '<p id="no-anomalies">No anomaly was found.</p>'
+@dataclass(frozen=True)
+class Banner:
+    """The report's header: the verdict held against the scenario's `expect`, as --gate is."""
+
+    css_class: str  # valid | invalid | unknown | expected (anomalies found, all expected)
+    headline: str
+    gate: str  # pass | fail | unknown
+    detail: str  # one line: what was expected and what was found
+
+
+def banner_of(results: Mapping[str, Any] | None, expect: Sequence[str]) -> Banner:
+    """The header a person sees and the exit code `run --gate` gives agree: a toggle run that
+    found exactly the classes it expects is a pass, even though its verdict is invalid."""
+    verdict_class, verdict_text = verdict_of(results)
+    verdict = judge(results, expect)
+    gate = {"matched": "pass", "mismatched": "fail", "unknown": "unknown"}[verdict.status]
+    wanted = ", ".join(verdict.expect) or "a valid run (no anomaly)"
+    detail = f"gate: {gate} · the scenario expects {wanted} · {verdict.describe()}"
+    if not verdict.expect or verdict.status == "unknown":
+        return Banner(verdict_class, verdict_text, gate, detail)
+    if verdict.passed:
+        return Banner("expected", f"AS EXPECTED: {verdict_text}", gate, detail)
+    return Banner("invalid", f"NOT AS EXPECTED: {verdict.describe()}", gate, detail)
+
+
+def _anomalies(results: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     rows = []
-    for number, a in enumerate(anomalies[:MAX_ANOMALY_ROWS], start=1):
-        events = a.get("events") or []
-        links = " ".join(
-            f'<a class="ev" href="#ev-{int(i)}" data-ev="{int(i)}">{int(i)}</a>'
-            for i in events[:50]
-            if isinstance(i, int)
-        )
-        if len(events) > 50:
-            links += f" <span class='note'>+{len(events) - 50} more</span>"
+    for number, a in enumerate(((results or {}).get("anomalies") or [])[:MAX_ANOMALY_ROWS], 1):
+        events = [i for i in a.get("events") or [] if isinstance(i, int)]
         rows.append(
-            f'<tr class="anomaly" id="anomaly-{number}"><td class="num">{number}</td>'
-            f'<td class="cls">{_e(a.get("class"))}</td>'
-            f"<td>{_e(', '.join(str(n) for n in a.get('nodes') or []))}</td>"
-            f"<td>{_e(a.get('explanation', ''))}</td><td>{links}</td></tr>"
+            {
+                "number": number,
+                "cls": str(a.get("class")),
+                "nodes": ", ".join(str(n) for n in a.get("nodes") or []),
+                "explanation": str(a.get("explanation", "")),
+                "events": events[:MAX_WITNESS_LINKS],
+                "more_events": max(0, len(a.get("events") or []) - MAX_WITNESS_LINKS),
+            }
         )
-    more = ""
-    if len(anomalies) > MAX_ANOMALY_ROWS:
-        more = f"<p class='note'>{len(anomalies) - MAX_ANOMALY_ROWS} more in results.json.</p>"
-    return (
-        '<table id="anomaly-table"><thead><tr><th>#</th><th>class</th><th>nodes</th>'
-        "<th>explanation</th><th>witness events</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table>"
-        + more
-    )
+    return rows
 
 
-def _plots(plots: Sequence[PlotFile], run_dir: Path) -> str:
-    out = []
-    for p in plots:
-        data = base64.b64encode(p.png.read_bytes()).decode("ascii")
-        svg = p.svg.relative_to(run_dir).as_posix()
-        png = p.png.relative_to(run_dir).as_posix()
-        out.append(
-            f'<figure class="plot" id="plot-{_e(p.name)}"><figcaption>{_e(p.title)}'
-            f'<a href="{_e(svg)}">SVG</a><a href="{_e(png)}">PNG</a></figcaption>'
-            f'<img alt="{_e(p.title)}" src="data:image/png;base64,{data}"></figure>'
-        )
-    return "\n".join(out)
+def _plots(plots: Sequence[PlotFile], run_dir: Path) -> list[dict[str, str]]:
+    return [
+        {
+            "name": p.name,
+            "title": p.title,
+            "svg": p.svg.relative_to(run_dir).as_posix(),
+            "png": p.png.relative_to(run_dir).as_posix(),
+            "data": base64.b64encode(p.png.read_bytes()).decode("ascii"),
+        }
+        for p in plots
+    ]
 
 
-def _nemesis(data: RunData) -> str:
-    parts = []
-    if data.windows:
-        rows = "".join(
-            f"<tr><td>{_e(w.kind)}</td><td class='num'>{w.start_s:.3f}</td>"
-            f"<td class='num'>{w.end_s:.3f}</td><td class='num'>{w.end_s - w.start_s:.3f}</td>"
-            f"<td><a class='ev' href='#ev-{w.start_index}' data-ev='{w.start_index}'>"
-            f"{w.start_index}</a></td></tr>"
-            for w in data.windows
-        )
-        parts.append(
-            "<h3>Fault windows</h3><table id='nemesis-windows'><thead><tr><th>kind</th>"
-            "<th>start (s)</th><th>end (s)</th><th>duration (s)</th><th>event</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
-        )
-    if data.nemesis_events:
-        rows = "".join(
-            f"<tr id='nem-{int(ev['index'])}'><td class='num'>{ev['index']}</td>"
-            f"<td class='num'>{ev['time_s']:.3f}</td><td>{_e(ev['f'])}</td>"
-            f"<td><code>{_e(json.dumps(ev['value'], sort_keys=True, default=str)[:400])}</code>"
-            "</td></tr>"
-            for ev in data.nemesis_events[:MAX_NEMESIS_ROWS]
-        )
-        parts.append(
-            "<h3>Nemesis events</h3><table id='nemesis-events'><thead><tr><th>event</th>"
-            "<th>time (s)</th><th>f</th><th>value</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
-        )
-    else:
-        parts.append("<p>No nemesis event in the history.</p>")
-    planned = data.run.get("nemesis")
-    if planned:
-        parts.append(
-            "<details><summary>Planned schedule (run.json)</summary>"
-            f"{_json_block(planned)}</details>"
-        )
-    return "\n".join(parts)
-
-
-def _config(data: RunData) -> str:
+def _config_rows(data: RunData) -> list[tuple[str, str]]:
+    """run.json's main fields and config as (key, JSON text) rows, then the start and sizes."""
     run = data.run
-    rows = [(k, run[k]) for k in RUN_KEYS if k in run]
-    cfg = run.get("config") or {}
-    rows += [(f"config.{k}", v) for k, v in sorted(cfg.items())]
+    rows: list[tuple[str, Any]] = [(k, run[k]) for k in RUN_KEYS if k in run]
+    rows += [(f"config.{k}", v) for k, v in sorted((run.get("config") or {}).items())]
     if isinstance(run.get("start_wall_ms"), int):
         start = dt.datetime.fromtimestamp(run["start_wall_ms"] / 1000, tz=dt.UTC)
         rows.append(("start (UTC)", start.isoformat(timespec="seconds")))
     rows.append(("events in history.jsonl", data.event_count))
     rows.append(("client ops", len(data.ops)))
-    body = "".join(
-        f"<tr><td>{_e(k)}</td><td><code>{_e(json.dumps(v, default=str))}</code></td></tr>"
-        for k, v in rows
-    )
-    workload = run.get("workload")
-    extra = (
-        f"<details><summary>Workload</summary>{_json_block(workload)}</details>" if workload else ""
-    )
-    return (
-        f"<table class='kv' id='config-table'>{body}</table>{extra}"
-        f"<details><summary>run.json</summary>{_json_block(dict(run))}</details>"
-    )
+    return [(k, json.dumps(v, default=str)) for k, v in rows]
+
+
+def _duration(data: RunData) -> str:
+    """The workload's own length, the one a person asked for with --time-limit; setup before
+    it and final reads after it are said, not added in."""
+    text = f"workload {data.workload_end_s:.1f} s"
+    extra = []
+    if data.origin_s >= 0.05:
+        extra.append(f"setup {data.origin_s:.1f} s before it")
+    if data.end_s - data.workload_end_s >= 0.05:
+        extra.append(f"healing and final reads {data.end_s - data.workload_end_s:.1f} s after")
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _harness_line(run: Mapping[str, Any]) -> str:
+    prov = run.get("provenance")
+    if not isinstance(prov, Mapping):  # a run from before provenance, or a foreign one
+        return f"harness {run.get('harness_version') or '?'}"
+    version = prov.get("harness_version") or run.get("harness_version") or "?"
+    commit = str(prov.get("git_commit") or "unknown")
+    commit = commit[:12] + (" (dirty)" if prov.get("git_dirty") else "")
+    return f"harness {version} at {commit}"
+
+
+def _tree_state(dirty: Any) -> str:
+    return "dirty" if dirty is True else "clean" if dirty is False else "unknown"
+
+
+def _provenance(run: Mapping[str, Any]) -> list[tuple[str, Any]] | None:
+    """run.json's provenance as rows: what a stored run was made and judged with."""
+    prov = run.get("provenance")
+    if not isinstance(prov, Mapping):
+        return None
+    target = prov.get("target") or {}
+    images = prov.get("images") or {}
+    return [
+        ("harness", prov.get("harness_version")),
+        ("git commit", prov.get("git_commit")),
+        ("working tree", _tree_state(prov.get("git_dirty"))),
+        ("target", f"{target.get('name', '?')} ({target.get('version', 'unknown')})"),
+        *((f"image {k}", v) for k, v in sorted(images.items())),
+        ("Python", prov.get("python")),
+        ("PySpark", prov.get("pyspark")),
+        ("Java", prov.get("java")),
+    ]
 
 
 def _ops_payload(data: RunData, max_ops: int) -> dict[str, Any]:
@@ -231,54 +219,42 @@ def _ops_payload(data: RunData, max_ops: int) -> dict[str, Any]:
     }
 
 
-def _script_json(value: Any) -> str:
-    """JSON safe inside a <script> element (no `</script>` can close it early)."""
-    return json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/")
-
-
 def build_report_html(
     data: RunData,
     plots: Sequence[PlotFile],
     repro_command: str,
     max_ops: int = MAX_EMBEDDED_OPS,
 ) -> str:
-    results = data.results
-    verdict_class, verdict_text = verdict_of(results)
+    results = data.results or {}
     run = data.run
+    banner = banner_of(data.results, expect_of(run))
     subtitle = (
         f"test {run.get('test', '?')} · seed {run.get('seed', '?')} · "
         f"{run.get('backend', '?')} backend · {data.event_count} events · "
-        f"{len(data.ops)} ops · {data.end_s:.1f} s · "
-        f"toggles {', '.join((run.get('config') or {}).get('toggles') or []) or 'none'}"
+        f"{len(data.ops)} ops · {_duration(data)} · "
+        f"toggles {', '.join((run.get('config') or {}).get('toggles') or []) or 'none'} · "
+        f"{_harness_line(run)}"
     )
-    errors = [str(e) for e in (results or {}).get("errors") or []]
-    not_applicable = [str(c) for c in (results or {}).get("not_applicable") or []]
-    error_html = ""
-    if errors:
-        items = "".join(f"<li>{_e(e)}</li>" for e in errors)
-        error_html = (
-            "<section id='errors'><h2>Why the verdict is unknown</h2>"
-            f"<ul class='errors'>{items}</ul></section>"
-        )
-    anomalies = _anomaly_table(results)
-    if not_applicable:
-        anomalies += f"<p class='note'>Not applicable here: {_e(', '.join(not_applicable))}.</p>"
-    valid = (results or {}).get("valid")
-    values = {
-        "title": _e(f"schemachaos · {run.get('test', data.run_dir.name)} · {verdict_text}"),
-        "css": _template("report.css"),
-        "verdict_class": verdict_class,
-        "verdict_value": _e(json.dumps(valid)),
-        "verdict_text": _e(verdict_text),
-        "subtitle": _e(subtitle),
-        "errors": error_html,
-        "anomalies": anomalies,
-        "plots": _plots(plots, data.run_dir),
-        "nemesis": _nemesis(data),
-        "config": _config(data),
-        "repro": _e(repro_command),
-        "stats": _json_block((results or {}).get("stats") or {}),
-        "ops_json": _script_json(_ops_payload(data, max_ops)),
-        "timeline_js": _template("timeline.js"),
-    }
-    return _fill(_template("report.html"), values)
+    anomalies = results.get("anomalies") or []
+    return render(
+        "report.html",
+        title=f"schemachaos · {run.get('test', data.run_dir.name)} · {banner.headline}",
+        banner=banner,
+        valid_json=json.dumps(results.get("valid") if data.results is not None else None),
+        subtitle=subtitle,
+        errors=[str(e) for e in results.get("errors") or []],
+        anomalies=_anomalies(data.results),
+        more_anomalies=max(0, len(anomalies) - MAX_ANOMALY_ROWS),
+        not_applicable=[str(c) for c in results.get("not_applicable") or []],
+        plots=_plots(plots, data.run_dir),
+        windows=data.windows,
+        nemesis_events=data.nemesis_events[:MAX_NEMESIS_ROWS],
+        planned=run.get("nemesis"),
+        config_rows=_config_rows(data),
+        provenance=_provenance(run),
+        workload=run.get("workload"),
+        run=dict(run),
+        repro=repro_command,
+        stats=results.get("stats") or {},
+        ops=_ops_payload(data, max_ops),
+    )

@@ -1,30 +1,22 @@
 """JUnit XML for release gating: one testcase per anomaly class of anomalies.md.
 
-A CI system reads the failures without knowing schemachaos: each failure carries the one-sentence
-explanations of the anomalies of its class; an unknown verdict (setup failure, dead controller,
-missing files) is an error testcase, never an anomaly.
+A CI system reads the failures without knowing schemachaos, and agrees with `run --gate`: a
+class the run's `expect` names and the checker found passes and carries its witnesses in
+system-out; a class found but not expected, or expected but not found, fails with the
+explanations. An unknown verdict (setup failure, dead controller, missing files) is an error
+testcase, never an anomaly.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ANOMALY_CLASSES = (
-    "ap-violation",
-    "mixed-schema-commit",
-    "transborder-op",
-    "incompatible-commit",
-    "stale-schema-read",
-    "schema-conformance",
-    "lost-write",
-    "lost-ddl",
-    "index-missing",
-    "index-orphan",
-    "activation-order",
-)
+from checker.anomaly_classes import ANOMALY_CLASSES  # one testcase each, in this order
+from reports.expectation import expect_of, judge
+
 MAX_FAILURE_TEXT = 200  # explanations listed in one failure body; the rest are counted
 
 
@@ -39,24 +31,32 @@ def _failure_text(anomalies: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def junit_tree(results: Mapping[str, Any], run: Mapping[str, Any]) -> ET.ElementTree:
-    """The JUnit document for one run's results.json and run.json."""
+def junit_tree(
+    results: Mapping[str, Any], run: Mapping[str, Any], expect: Sequence[str] | None = None
+) -> ET.ElementTree:
+    """The JUnit document for one run's results.json and run.json (`expect`: run.json's)."""
     test = str(run.get("test") or "schemachaos")
     suite_name = f"schemachaos.{test}"
     by_class: dict[str, list[Mapping[str, Any]]] = {}
     for a in results.get("anomalies") or []:
         by_class.setdefault(str(a.get("class")), []).append(a)
-    classes = list(ANOMALY_CLASSES) + sorted(set(by_class) - set(ANOMALY_CLASSES))
+    verdict = judge(results, expect_of(run) if expect is None else expect)
+    expected = set(verdict.expect)
+    extra = (set(by_class) | expected) - set(ANOMALY_CLASSES)
+    classes = list(ANOMALY_CLASSES) + sorted(extra)
     not_applicable = {str(c) for c in results.get("not_applicable") or []}
     valid = results.get("valid")
+    judged = valid in (True, False)
     suite = ET.Element("testsuite", name=suite_name)
     props = ET.SubElement(suite, "properties")
     for key in ("seed", "backend", "target", "clock"):
         if key in run:
             ET.SubElement(props, "property", name=key, value=str(run[key]))
     ET.SubElement(props, "property", name="valid", value=str(valid).lower())
+    ET.SubElement(props, "property", name="expect", value=",".join(verdict.expect))
+    ET.SubElement(props, "property", name="expectation", value=verdict.status)
     failures = errors = skipped = 0
-    if valid not in (True, False):
+    if not judged:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="setup-and-history")
         why = [str(e) for e in results.get("errors") or []] or ["verdict unknown"]
@@ -65,19 +65,31 @@ def junit_tree(results: Mapping[str, Any], run: Mapping[str, Any]) -> ET.Element
     for cls in classes:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name=cls)
         found = by_class.get(cls, [])
-        if found:
+        if found and cls in expected:
+            out = ET.SubElement(case, "system-out")
+            out.text = f"expected by the scenario and found:\n{_failure_text(found)}"
+        elif found:
             failures += 1
             first = str(found[0].get("explanation", ""))
             msg = f"{len(found)} {cls} anomal{'y' if len(found) == 1 else 'ies'}: {first}"
+            if expected:
+                msg += f" (the scenario expects only {', '.join(sorted(expected))})"
             fail = ET.SubElement(case, "failure", message=msg[:1000], type=cls)
             fail.text = _failure_text(found)
+        elif not judged:
+            skipped += 1
+            ET.SubElement(case, "skipped", message="not checked: the verdict is unknown")
+        elif cls in expected:
+            failures += 1
+            missed = f"expected by the scenario, not found: no {cls} anomaly in this run"
+            if cls in not_applicable:
+                missed += " (the checker says the class is not applicable to this run)"
+            fail = ET.SubElement(case, "failure", message=missed, type="missed-expectation")
+            fail.text = missed
         elif cls in not_applicable:
             skipped += 1
             ET.SubElement(case, "skipped", message="not applicable to this target or workload")
-        elif valid not in (True, False):
-            skipped += 1
-            ET.SubElement(case, "skipped", message="not checked: the verdict is unknown")
-    suite.set("tests", str(len(classes) + (1 if valid not in (True, False) else 0)))
+    suite.set("tests", str(len(classes) + (0 if judged else 1)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
@@ -89,6 +101,11 @@ def junit_tree(results: Mapping[str, Any], run: Mapping[str, Any]) -> ET.Element
     return ET.ElementTree(root)
 
 
-def write_junit(results: Mapping[str, Any], run: Mapping[str, Any], path: Path) -> Path:
-    junit_tree(results, run).write(path, encoding="utf-8", xml_declaration=True)
+def write_junit(
+    results: Mapping[str, Any],
+    run: Mapping[str, Any],
+    path: Path,
+    expect: Sequence[str] | None = None,
+) -> Path:
+    junit_tree(results, run, expect).write(path, encoding="utf-8", xml_declaration=True)
     return path

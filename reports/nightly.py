@@ -7,7 +7,6 @@ trends) and writes `store/nightly/<stamp>/`: summary.json, summary.html and tren
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import time
@@ -24,6 +23,10 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+
+from reports.expectation import ExpectVerdict, expect_of, judge
+from reports.templating import render
+from workloads.scenario import load_run_options
 
 PREVIOUS_NIGHTS = 14  # nights before this one whose runs join the trends
 EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN = 0, 1, 2
@@ -162,7 +165,7 @@ def harness_runner(backend: str | None = None) -> Runner:
         given: dict[str, Any] = {}
         if cell.scenario.scenario_file:
             path = Path(cell.scenario.scenario_file)
-            given.update(_scenario_fields(path))
+            given.update(load_run_options(path))
             given["scenario"] = path
         given.update({k: v for k, v in cell.defaults.items() if k in known})
         given.update({k: v for k, v in cell.scenario.options.items() if k in known})
@@ -170,6 +173,8 @@ def harness_runner(backend: str | None = None) -> Runner:
             given["workload"] = cell.scenario.workload
         if cell.scenario.toggles:
             given["toggles"] = cell.scenario.toggles
+        if cell.scenario.expect:  # into run.json: the report and junit.xml judge by it too
+            given["expect"] = cell.scenario.expect
         given["nemesis"] = cell.nemesis.kinds
         if cell.nemesis.interval_s is not None:
             given["nemesis_interval_s"] = float(cell.nemesis.interval_s)
@@ -183,15 +188,6 @@ def harness_runner(backend: str | None = None) -> Runner:
     return run_cell
 
 
-def _scenario_fields(path: Path) -> dict[str, Any]:
-    """RunOptions fields of a scenario file, read the way `schemachaos run --scenario` does."""
-    try:
-        from harness.cli import _scenario_fields as fields_of
-    except ImportError:
-        return {}
-    return dict(fields_of(path))
-
-
 def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list[CellOutcome]:
     outcomes = []
     for cell in cells:
@@ -199,9 +195,11 @@ def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> lis
         run_dir: str | None = None
         code: int | None = None
         error: str | None = None
+        expect = cell.scenario.expect
         try:
             got = runner(cell, store)
             run_dir, code = str(Path(got.run_dir).resolve()), int(got.exit_code)
+            expect = _run_expect(Path(run_dir), expect)
         except Exception as exc:  # a crashed cell must not stop the night
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         outcomes.append(
@@ -210,7 +208,7 @@ def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> lis
                 scenario=cell.scenario.name,
                 nemesis=cell.nemesis.name,
                 seed=cell.seed,
-                expect=cell.scenario.expect,
+                expect=expect,
                 run_dir=run_dir,
                 exit_code=code,
                 error=error,
@@ -218,6 +216,16 @@ def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> lis
             )
         )
     return outcomes
+
+
+def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...]:
+    """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
+    as the harness wrote it), so the night judges as the run's own report and junit.xml do;
+    the matrix's when run.json has no such field."""
+    run = _read(run_dir / "run.json")
+    if isinstance(run, dict) and "expect" in run:
+        return expect_of(run)
+    return matrix_expect
 
 
 def _previous_outcomes(nightly_root: Path, current: Path) -> list[tuple[str, CellOutcome]]:
@@ -367,14 +375,16 @@ def _read(path: Path) -> Any:
         return None
 
 
-def _judge(outcome: CellOutcome, results: Mapping[str, Any] | None) -> str:
-    """expected | missed | unexpected | unknown: the cell against its expectation."""
-    if results is None or results.get("valid") not in (True, False):
-        return "unknown"
-    found = {str(a.get("class")) for a in results.get("anomalies") or []}
-    if outcome.expect:
-        return "expected" if set(outcome.expect) <= found else "missed"
-    return "expected" if results.get("valid") is True else "unexpected"
+def _judge(outcome: CellOutcome, results: Mapping[str, Any] | None) -> ExpectVerdict:
+    """The cell against its expectation, by the rule of `run --gate` (found == expect)."""
+    return judge(results, outcome.expect)
+
+
+def _judgement(verdict: ExpectVerdict) -> str:
+    """expected | missed | unexpected | unknown: one word per cell (missed wins when both)."""
+    if verdict.status != "mismatched":
+        return "expected" if verdict.passed else "unknown"
+    return "missed" if verdict.missed else "unexpected"
 
 
 def summarize(
@@ -396,6 +406,7 @@ def summarize(
         txn = (st.get("ops") or {}).get("txn") or {}
         ddl = (st.get("ops") or {}).get("ddl") or {}
         cfg = run.get("config") or {}
+        verdict = _judge(o, results)
         floor = None
         if isinstance(cfg.get("delay_duration_ms"), int | float):
             floor = cfg["delay_duration_ms"] + (cfg.get("max_clock_skew_ms") or 0)
@@ -410,7 +421,9 @@ def summarize(
                     {str(a.get("class")) for a in (results or {}).get("anomalies") or []}
                 ),
                 "anomalies": len((results or {}).get("anomalies") or []),
-                "judgement": "unknown" if o.error else _judge(o, results),
+                "judgement": "unknown" if o.error else _judgement(verdict),
+                "missed_classes": list(verdict.missed),
+                "unexpected_classes": list(verdict.unexpected),
                 "txn_n": txn.get("n", 0),
                 "txn_abort_rate": (txn["fail"] + txn["info"]) / txn["n"] if txn.get("n") else None,
                 "txn_p50_ms": txn.get("p50_ms"),
@@ -511,41 +524,41 @@ def _summary_html(
 ) -> str:
     import base64
 
-    e = html.escape
     colours = {
         "expected": "#e3f4e1",
         "missed": "#fbe3e1",
         "unexpected": "#fbe3e1",
         "unknown": "#fff3d6",
     }
-    verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}[exit_code]
-    det_rows = []
+    detection = []
     for sc, d in sorted(summary["detection"].items()):
         classes = ", ".join(f"{c} ×{n}" for c, n in sorted(d["classes"].items()))
-        cells = [
-            sc,
-            ", ".join(d["expect"]) or "valid",
-            d["runs"],
-            d["expected"],
-            d["missed"],
-            d["unexpected"],
-            d["unknown"],
-            _fmt(d["detection_rate"], pct=True),
-            classes,
-        ]
-        det_rows.append(
-            "<tr class='scenario'>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>"
+        detection.append(
+            [
+                sc,
+                ", ".join(d["expect"]) or "valid",
+                d["runs"],
+                d["expected"],
+                d["missed"],
+                d["unexpected"],
+                d["unknown"],
+                _fmt(d["detection_rate"], pct=True),
+                classes,
+            ]
         )
-    run_rows = []
+    runs = []
     for r in summary["runs"]:
         if r["night"] != summary["night"]:
             continue
         where = r["run_dir"] or (r["error"] or "").splitlines()[0]
-        cells = [
+        row = [
             r["cell"],
             r["valid"],
             r["judgement"],
+            ", ".join(r["expect"]) or "valid",
             ", ".join(r["classes"]),
+            ", ".join(r.get("missed_classes") or []),
+            ", ".join(r.get("unexpected_classes") or []),
             _fmt(r["txn_abort_rate"], pct=True),
             _fmt(r["txn_p50_ms"]),
             _fmt(r["txn_p99_ms"]),
@@ -554,33 +567,16 @@ def _summary_html(
             json.dumps(r["abort_codes"], sort_keys=True),
             where,
         ]
-        run_rows.append(
-            f"<tr class='cell {r['judgement']}' style='background:{colours[r['judgement']]}'>"
-            + "".join(f"<td>{e(str(c))}</td>" for c in cells)
-            + "</tr>"
-        )
-    imgs = "".join(
-        f"<figure class='trend'><figcaption>{e(t)}</figcaption><img alt='{e(t)}' "
-        f"src='data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}'></figure>"
-        for t, p in plots
-    )
-    style = (
-        "body{font:14px/1.45 system-ui,sans-serif;margin:24px}table{border-collapse:collapse;"
-        "width:100%}td,th{border:1px solid #ddd;padding:4px 7px;text-align:left}"
-        "th{background:#f1f1f1}img{max-width:100%}figure{margin:14px 0}"
-    )
-    night = e(summary["night"])
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>nightly {night}</title>"
-        f"<style>{style}</style></head><body><h1 id='verdict'>Nightly {night}: {verdict}</h1>"
-        "<h2>Detection per scenario</h2><table id='detection'><thead><tr>"
-        "<th>scenario</th><th>expected</th><th>runs</th><th>as expected</th><th>missed</th>"
-        "<th>unexpected</th><th>unknown</th><th>detection rate</th><th>classes found</th></tr>"
-        f"</thead><tbody>{''.join(det_rows)}</tbody></table><h2>Trends across runs</h2>{imgs}"
-        "<h2>Runs of this night</h2><table id='runs'><thead><tr><th>cell</th><th>valid</th>"
-        "<th>judgement</th><th>classes</th><th>txn abort rate</th><th>txn p50</th>"
-        "<th>txn p99</th><th>DDL p50</th><th>DDL p99</th><th>txn aborts by code</th>"
-        f"<th>run</th></tr></thead><tbody>{''.join(run_rows)}</tbody></table></body></html>"
+        runs.append((r["judgement"], row))
+    return render(
+        "nightly.html",
+        night=summary["night"],
+        exit_code=exit_code,
+        verdict={EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}[exit_code],
+        detection=detection,
+        plots=[(t, base64.b64encode(p.read_bytes()).decode()) for t, p in plots],
+        runs=runs,
+        colours=colours,
     )
 
 

@@ -1,4 +1,5 @@
-"""The plots of a run (matplotlib Agg, PNG and SVG), all on the controller's time axis.
+"""The plots of a run (matplotlib Agg, PNG and SVG), all on the workload's clock: 0 is the
+first client invoke (reports.rundata), so setup never reads as an empty stretch or as downtime.
 
 Every time-axis plot shades the nemesis windows by kind and marks each DDL activation, so a
 latency spike or a version lag can be read against the fault and the schema change behind it.
@@ -114,7 +115,7 @@ def _decorate(ax: Axes, data: RunData, legend: bool = True) -> None:
             transform=ax.get_xaxis_transform(),
         )
     ax.set_xlim(0, max(data.end_s, 1.0))
-    ax.set_xlabel("time since run start (s)")
+    ax.set_xlabel("time since the workload started (s)")
     ax.grid(True, alpha=0.25, linewidth=0.5)
     if not legend:
         return
@@ -335,8 +336,12 @@ def plot_schema_versions(data: RunData) -> Figure:
     top.set_ylabel("catalog version")
     acts = [a for a in data.activations if a.time_s is not None]
     if acts:
-        xs = [0.0] + [a.time_s for a in acts if a.time_s is not None] + [max(data.end_s, 1.0)]
-        ys = [1] + [a.catalog_version for a in acts] + [acts[-1].catalog_version]
+        # versions activated during setup (before 0) are where the line starts
+        before = [a.catalog_version for a in acts if (a.time_s or 0.0) <= 0.0]
+        later = [a for a in acts if (a.time_s or 0.0) > 0.0]
+        xs = [0.0] + [a.time_s for a in later if a.time_s is not None] + [max(data.end_s, 1.0)]
+        ys = [before[-1] if before else 1] + [a.catalog_version for a in later]
+        ys.append(ys[-1])
         top.step(xs, ys, where="post", color="black", linewidth=1.6, label="authoritative")
     markers = "os^Dv<>px*"
     probes = _by_node(data.probe_versions)

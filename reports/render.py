@@ -15,7 +15,7 @@ from typing import Any
 from reports.html import build_report_html
 from reports.junit import write_junit
 from reports.plots import render_plots
-from reports.rundata import load_run
+from reports.rundata import NotARunDirectory, is_run_dir, load_run
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -44,8 +44,11 @@ def repro_command(run_dir: Path) -> str:
 
 
 def render_report(run_dir: Path) -> Path:
-    """Write report.html, junit.xml and plots/ into run_dir; returns the report.html path."""
+    """Write report.html, junit.xml and plots/ into run_dir; returns the report.html path.
+    NotARunDirectory, with nothing written, when run_dir holds neither run.json nor history."""
     run_dir = Path(run_dir)
+    if not is_run_dir(run_dir):
+        raise NotARunDirectory(f"not a run directory (no run.json or history.jsonl): {run_dir}")
     results, crash = _results(run_dir)
     data = load_run(run_dir, results)
     plots = render_plots(data, run_dir / "plots")

@@ -2,6 +2,10 @@
 
 The history contract (history.md) is the only input: ops are paired invoke -> completion per
 process, nemesis events become windows by kind, catalog.jsonl gives the DDL activations.
+
+Every time here is on one clock for people: seconds since the workload's first client invoke,
+not since the history's time 0, which also covers provisioning (and on a first run the image
+build): a 60 s test reads as 60 s, and its plots do not open on 40 s of nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 
 OUTCOMES = ("ok", "fail", "info", "pending")
+RUN_MARKERS = ("run.json", "history.jsonl")  # a directory with neither is not a run
 CLOSING_PREFIXES = ("stop-", "heal-")
 CLOSE_ALL = frozenset({"heal-all", "heal", "stop-all"})
 # Nemesis value keys that may hold per-node clock offsets in seconds.
@@ -77,6 +82,9 @@ class Samples:
 
 @dataclass(frozen=True)
 class RunData:
+    """A run on the workload's clock: 0 is the first client invoke, `origin_s` after the
+    history's time 0 (setup before it has negative times; end_s is the last event)."""
+
     run_dir: Path
     run: Mapping[str, Any]
     results: Mapping[str, Any] | None
@@ -98,6 +106,8 @@ class RunData:
     ddl_outcome: tuple[str, ...]
     event_time_s: Mapping[int, float] = field(default_factory=dict)
     witness_events: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    origin_s: float = 0.0  # the first client invoke on the history's clock: the setup time
+    workload_end_s: float = 0.0  # the last completion of a workload op (final reads aside)
 
     @property
     def hlc_comparable(self) -> bool:
@@ -112,10 +122,19 @@ class RunData:
         return None
 
     def hlc_to_s(self, ts: int) -> float | None:
-        """HLC -> seconds since run start, through the controller's start wall clock."""
+        """HLC -> seconds on the workload's clock, through the controller's start wall clock."""
         if not self.hlc_comparable:
             return None
-        return ((ts >> 16) - int(self.run["start_wall_ms"])) / 1000.0
+        return ((ts >> 16) - int(self.run["start_wall_ms"])) / 1000.0 - self.origin_s
+
+
+class NotARunDirectory(ValueError):
+    """A directory holding neither run.json nor history.jsonl: reporting on it would only
+    litter it with an UNKNOWN page, so it is refused (bad input) before anything is written."""
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((path / marker).exists() for marker in RUN_MARKERS)
 
 
 def read_json(path: Path) -> Any:
@@ -252,8 +271,31 @@ class _Interner:
         return tuple(self.ids)
 
 
+def workload_origin_ns(history: Path) -> int:
+    """`time` of the first client invoke (a numeric process), 0 without one. Only the setup
+    prefix is read: the workload's first invoke comes before almost every other event."""
+    if not history.exists():
+        return 0
+    with history.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            process = ev.get("process")
+            if (
+                ev.get("type") == "invoke"
+                and isinstance(process, int)
+                and not isinstance(process, bool)
+            ):
+                t = ev.get("time")
+                return t if isinstance(t, int) else 0
+    return 0
+
+
 def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData:
-    """Read history.jsonl (a killed controller's prefix included), catalog.jsonl and run.json."""
+    """Read history.jsonl (a killed controller's prefix included), catalog.jsonl and run.json,
+    with every time on the workload's clock (module docstring)."""
     run_dir = Path(run_dir)
     run_path = run_dir / "run.json"
     run: dict[str, Any] = read_json(run_path) if run_path.exists() else {}
@@ -264,7 +306,10 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
     nodes = [str(n) for n in run.get("nodes") or []]
     raw_start = run.get("start_wall_ms")
     comparable = run.get("clock", "hlc") != "none" and isinstance(raw_start, int)
-    start_wall_ms: int = raw_start if isinstance(raw_start, int) else 0
+    history = run_dir / "history.jsonl"
+    origin_ns = workload_origin_ns(history)
+    # the controller's wall clock (epoch ms) at the workload's 0: what HLCs are placed against
+    start_wall_ms = (raw_start if isinstance(raw_start, int) else 0) + origin_ns / 1e6
 
     def hlc_s(ts: Any) -> float | None:
         if not comparable or not isinstance(ts, int):
@@ -293,6 +338,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
     witness_raw: dict[int, dict[str, Any]] = {}
     count = 0
     last_ns = 0
+    workload_end_ns = origin_ns
     outcome_id = {name: i for i, name in enumerate(OUTCOMES)}
 
     def add(sample: tuple[list[str], list[float], list[float]], n: str, t: float, v: float):
@@ -355,7 +401,6 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
     activation, table_versions = catalog.activation, catalog.tables
     bisect_right = bisect.bisect_right
     skew_node, skew_t, skew_v = skew
-    history = run_dir / "history.jsonl"
     fh = history.open(encoding="utf-8") if history.exists() else None
     try:
         for line in fh or ():
@@ -367,7 +412,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
             idx = ev.get("index", count - 1)
             t_ns = ev.get("time", last_ns)
             last_ns = t_ns
-            t = t_ns / 1e9
+            t = (t_ns - origin_ns) / 1e9
             if idx in witnesses:
                 witness_raw[idx] = ev
                 event_time[idx] = t
@@ -409,7 +454,9 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
             node = ev.get("node")
             err = ev.get("error") or {}
             lat_ms = (t_ns - inv_ns) / 1e6
-            start = inv_ns / 1e9
+            start = (inv_ns - origin_ns) / 1e9
+            if inv_f != "final-read":
+                workload_end_ns = max(workload_end_ns, t_ns)
             cols["inv"].append(inv_idx)
             cols["cmp"].append(idx)
             cols["proc"].append(proc if isinstance(proc, int) else -1)
@@ -457,7 +504,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
     finally:
         if fh is not None:
             fh.close()
-    end_s = last_ns / 1e9
+    end_s = (last_ns - origin_ns) / 1e9
     for proc, (inv_idx, inv_ns, inv_f, inv_value) in pending.items():
         cols["inv"].append(inv_idx)
         cols["cmp"].append(-1)
@@ -466,7 +513,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         cols["out"].append(outcome_id["pending"])
         cols["node"].append(-1)
         cols["err"].append(-1)
-        cols["start"].append(inv_ns / 1e9)
+        cols["start"].append((inv_ns - origin_ns) / 1e9)
         cols["lat"].append(max(0.0, (last_ns - inv_ns) / 1e6))
         cols["sum"].append(_summary(inv_f, inv_value))
     for kind, stack in open_windows.items():
@@ -520,4 +567,6 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         ddl_outcome=tuple(ddl_o),
         event_time_s=event_time,
         witness_events=witness_raw,
+        origin_s=origin_ns / 1e9,
+        workload_end_s=(workload_end_ns - origin_ns) / 1e9,
     )

@@ -7,7 +7,6 @@ included) and refused unless they stay under the store root.
 
 from __future__ import annotations
 
-import html
 import json
 import mimetypes
 import os
@@ -23,12 +22,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from reports.html import verdict_of
+from reports.expectation import expect_of
+from reports.html import banner_of
+from reports.rundata import RUN_MARKERS
+from reports.templating import render
 
-RUN_MARKERS = ("run.json", "history.jsonl")
 MAX_DEPTH = 5
 TEXT_SUFFIXES = {".jsonl", ".log", ".toml", ".txt", ".md", ".out", ".err", ".csv"}
-COLOURS = {"valid": "#e3f4e1", "invalid": "#fbe3e1", "unknown": "#fff3d6"}
+COLOURS = {"valid": "#e3f4e1", "invalid": "#fbe3e1", "unknown": "#fff3d6", "expected": "#d7efe6"}
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def find_runs(store: Path) -> list[RunEntry]:
         dirnames[:] = []  # a run directory's subdirectories (plots/, logs/) are not runs
         run = _load(here / "run.json") or {}
         results = _load(here / "results.json")
-        cls, text = verdict_of(results if isinstance(results, dict) else None)
+        banner = banner_of(results if isinstance(results, dict) else None, expect_of(run))
+        cls, text = banner.css_class, banner.headline
         start = run.get("start_wall_ms")
         started = start / 1000.0 if isinstance(start, int | float) else here.stat().st_mtime
         anomalies = len((results or {}).get("anomalies") or []) if isinstance(results, dict) else 0
@@ -100,46 +102,33 @@ def resolve_in_store(root: Path, rel: str) -> Path | None:
     return candidate
 
 
-def _page(title: str, body: str) -> bytes:
-    style = (
-        "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1f}"
-        "table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:4px 8px;"
-        "text-align:left}th{background:#f1f1f1}a{color:#0b57d0}"
-    )
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
-    ).encode()
+def _page(title: str, message: str = "") -> bytes:
+    return render("serve_base.html", title=title, message=message).encode()
 
 
 def index_page(store: Path) -> bytes:
-    rows = []
-    for r in find_runs(store):
-        link = quote(r.rel)
-        when = datetime.fromtimestamp(r.started, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-        report = f"<a href='/files/{link}/report.html'>report</a> · " if r.has_report else ""
-        rows.append(
-            f"<tr class='run {r.verdict_class}' style='background:{COLOURS[r.verdict_class]}'>"
-            f"<td>{when}</td><td>{html.escape(r.test)}</td><td>{html.escape(str(r.seed))}</td>"
-            f"<td>{html.escape(r.verdict_text)}</td><td>{report}"
-            f"<a href='/files/{link}/'>files</a> · <a href='/zip/{link}'>zip</a></td>"
-            f"<td><code>{html.escape(r.rel)}</code></td></tr>"
-        )
+    runs = [
+        {
+            "verdict_class": r.verdict_class,
+            "verdict_text": r.verdict_text,
+            "when": datetime.fromtimestamp(r.started, tz=UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            "test": r.test,
+            "seed": r.seed,
+            "has_report": r.has_report,
+            "link": quote(r.rel),
+            "rel": r.rel,
+        }
+        for r in find_runs(store)
+    ]
     summaries = sorted((store.resolve() / "nightly").glob("*/summary.html"), reverse=True)
-    nightly = "".join(
-        f"<li><a href='/files/nightly/{quote(p.parent.name)}/summary.html'>"
-        f"{html.escape(p.parent.name)}</a></li>"
-        for p in summaries
-        if not p.is_symlink()
-    )
-    body = (
-        "<table id='runs'><thead><tr><th>started (UTC)</th><th>test</th><th>seed</th>"
-        "<th>verdict</th><th>view</th><th>directory</th></tr></thead><tbody>"
-        + ("".join(rows) or "<tr><td colspan='6'>no run in the store yet</td></tr>")
-        + "</tbody></table>"
-        + (f"<h2>Nightly summaries</h2><ul>{nightly}</ul>" if nightly else "")
-    )
-    return _page(f"schemachaos store: {store}", body)
+    nightly = [(p.parent.name, quote(p.parent.name)) for p in summaries if not p.is_symlink()]
+    return render(
+        "serve_index.html",
+        title=f"schemachaos store: {store}",
+        runs=runs,
+        colours=COLOURS,
+        nightly=nightly,
+    ).encode()
 
 
 def _listing(root: Path, directory: Path) -> bytes:
@@ -148,13 +137,13 @@ def _listing(root: Path, directory: Path) -> bytes:
     for child in sorted(directory.iterdir()):
         name = child.name + ("/" if child.is_dir() else "")
         size = "" if child.is_dir() else f"{child.stat().st_size:,} B" if child.exists() else ""
-        items.append(
-            f"<tr><td><a href='{quote(name)}'>{html.escape(name)}</a></td><td>{size}</td></tr>"
-        )
-    up = "<p><a href='/'>all runs</a>" + (
-        f" · <a href='/zip/{quote(rel)}'>download as zip</a></p>" if rel != "." else "</p>"
-    )
-    return _page(f"/{rel}", up + "<table>" + "".join(items) + "</table>")
+        items.append((name, quote(name), size))
+    return render(
+        "serve_listing.html",
+        title=f"/{rel}",
+        items=items,
+        zip_link=quote(rel) if rel != "." else "",
+    ).encode()
 
 
 def _zip_directory(root: Path, directory: Path, out: Any) -> None:
@@ -189,7 +178,7 @@ class StoreHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _refuse(self) -> None:
-        self._send(HTTPStatus.FORBIDDEN, _page("403 outside the store", "<p>Refused.</p>"))
+        self._send(HTTPStatus.FORBIDDEN, _page("403 outside the store", "Refused."))
 
     def do_HEAD(self) -> None:
         self.do_GET()

@@ -15,22 +15,22 @@ MUTABLE_DELAY = "mutable-delay"
 SKIP_INDEX_STATES = "skip-index-states"
 NO_SAFE_TIME_RECOVERY = "no-safe-time-recovery"
 
-ALL_TOGGLES: frozenset[str] = frozenset(
-    {
-        NO_SAFE_TIME_WAIT,
-        NO_ACK_WAIT,
-        ACK_WAIT_NO_SKEW,
-        HLC_NO_ROUND_UP,
-        NO_OP_VALIDATION,
-        NO_COMMIT_VALIDATION,
-        DROP_COLUMN_COMPATIBLE,
-        LOCAL_SCHEMA_AT_COMMIT,
-        SYNCTIME_REORDER,
-        MUTABLE_DELAY,
-        SKIP_INDEX_STATES,
-        NO_SAFE_TIME_RECOVERY,
-    }
+# In anomalies.md order: the one list the node, the CLI and scenarios check toggle names against.
+TOGGLES: tuple[str, ...] = (
+    NO_SAFE_TIME_WAIT,
+    NO_ACK_WAIT,
+    ACK_WAIT_NO_SKEW,
+    HLC_NO_ROUND_UP,
+    NO_OP_VALIDATION,
+    NO_COMMIT_VALIDATION,
+    DROP_COLUMN_COMPATIBLE,
+    LOCAL_SCHEMA_AT_COMMIT,
+    SYNCTIME_REORDER,
+    MUTABLE_DELAY,
+    SKIP_INDEX_STATES,
+    NO_SAFE_TIME_RECOVERY,
 )
+ALL_TOGGLES: frozenset[str] = frozenset(TOGGLES)
 
 
 def validate_toggles(names: object) -> frozenset[str]:

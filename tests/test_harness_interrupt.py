@@ -95,7 +95,7 @@ def test_sigint_mid_run_leaves_nothing_and_a_readable_prefix(
     assert _docker_leftovers(run_id), "the cluster should be up while the run goes"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=90)
-    assert proc.returncode == 2, out.decode()[-2000:]
+    assert proc.returncode == 130, out.decode()[-2000:]  # interrupted, as Jepsen exits
     results = json.loads((run_dir / "results.json").read_text())
     assert results["valid"] == "unknown"
     assert any("interrupted" in e for e in results["errors"])

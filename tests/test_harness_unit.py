@@ -197,10 +197,10 @@ def test_run_json_round_trips_into_repro_options(tmp_path: Path) -> None:
         (["nightly", "--matrix", "/nonexistent/m.toml"], "--matrix"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], names: str, capsys) -> None:
+def test_bad_input_is_one_line_and_exit_254(argv: list[str], names: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         sys.exit(main(argv))
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 254
     err = capsys.readouterr().err.strip().splitlines()
     err = [line for line in err if not line.startswith("schemachaos: backend")]
     assert len(err) == 1, err

@@ -96,3 +96,52 @@ def test_report_in_chromium(browser: Any) -> None:
     browser.set_window_size(1400, min(int(height), 9000))
     assert browser.save_screenshot(str(ARTIFACTS / "report.png"))
     shutil.copy(report, ARTIFACTS / "report.html")
+
+
+def test_nightly_page_in_chromium(browser: Any, tmp_path: Path) -> None:
+    """The nightly page (templates/nightly.html) as a person opens it: the night's verdict,
+    the detection table and a row per cell, coloured by its judgement, with no script error."""
+    from selenium.webdriver.common.by import By
+
+    from reports.nightly import _summary_html
+
+    row = {
+        "night": "20260101T000000",
+        "cell": "no-ack-wait--none--s1",
+        "valid": False,
+        "judgement": "expected",
+        "expect": ["stale-schema-read"],
+        "classes": ["stale-schema-read"],
+        "missed_classes": [],
+        "unexpected_classes": [],
+        "txn_abort_rate": 0.02,
+        "txn_p50_ms": 3.0,
+        "txn_p99_ms": 40.0,
+        "ddl_p50_ms": 1300.0,
+        "ddl_p99_ms": 1500.0,
+        "abort_codes": {"INCOMPATIBLE_SCHEMA": 3},
+        "run_dir": "/store/no-ack-wait/20260101T000000",
+        "error": None,
+    }
+    detection = {
+        "expect": ["stale-schema-read"],
+        "runs": 1,
+        "expected": 1,
+        "missed": 0,
+        "unexpected": 0,
+        "unknown": 0,
+        "detection_rate": 1.0,
+        "classes": {"stale-schema-read": 1},
+    }
+    summary = {"night": row["night"], "runs": [row], "detection": {"no-ack-wait": detection}}
+    page = tmp_path / "summary.html"
+    page.write_text(_summary_html(summary, [], 0), encoding="utf-8")
+    browser.get(page.resolve().as_uri())
+    assert browser.find_element(By.ID, "verdict").text == "Nightly 20260101T000000: PASS"
+    cells = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr.cell.expected")
+    assert len(cells) == 1 and "stale-schema-read" in cells[0].text
+    assert "100.0%" in browser.find_element(By.ID, "detection").text
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs
+    ARTIFACTS.mkdir(exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "nightly.png"))

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from reports.rundata import load_run
 
 START_WALL_MS = 1_760_000_000_000
+FIRST_INVOKE_S = 0.12  # the first DDL's invoke (safe 200 ms - 80): the workload's 0
 DD_MS = 500
 CS_MS = 500
 
@@ -381,12 +383,14 @@ def test_reader_pairs_ops_and_windows(tmp_path: Path) -> None:
     # every op's completion is the next event of its process after the invoke
     assert np.all(data.ops.complete_index > data.ops.invoke_index)
     assert np.all(data.ops.latency_ms >= 0)
+    # the workload's clock: 0 is the first client invoke (the first DDL's, at 0.12 s)
+    assert data.origin_s == pytest.approx(FIRST_INVOKE_S)
     assert [(w.kind, w.start_s, w.end_s) for w in data.windows] == [
-        ("partition", 2.0, 4.5),
-        ("clock-skew", 5.2, 7.0),
+        ("partition", pytest.approx(2.0 - FIRST_INVOKE_S), pytest.approx(4.5 - FIRST_INVOKE_S)),
+        ("clock-skew", pytest.approx(5.2 - FIRST_INVOKE_S), pytest.approx(7.0 - FIRST_INVOKE_S)),
     ]
     assert [a.catalog_version for a in data.activations] == [2, 3, 4]
-    assert data.activations[1].time_s == 3.1
+    assert data.activations[1].time_s == pytest.approx(3.1 - FIRST_INVOKE_S)
     assert data.ddl_floor_ms == 1000.0
     assert min(data.ddl_latency_ms) > 1000.0
     codes = {data.ops.error_names[c] for c in data.ops.error if c >= 0}
@@ -457,3 +461,31 @@ def test_reader_takes_the_nemesis_runner_shapes(tmp_path: Path) -> None:
     assert list(zip(data.safe_time_lag_ms.node, data.safe_time_lag_ms.value, strict=True)) == [
         ("n4", 100.0)
     ]
+
+
+def test_reader_clock_starts_at_the_workload(tmp_path: Path) -> None:
+    """Setup before the first client invoke (provisioning, an image build) moves nothing: the
+    same run with 40 s more before its workload reads the same on the workload's clock."""
+    fx = write_anomalous_run(tmp_path / "run")
+    late = write_anomalous_run(tmp_path / "late")
+    setup_ns = 40_000_000_000
+    shifted = [{**e, "time": e["time"] + setup_ns} for e in late.events]
+    _write(late.run_dir, "history.jsonl", shifted)
+    run = json.loads((late.run_dir / "run.json").read_text())
+    run["start_wall_ms"] -= setup_ns // 1_000_000  # time 0 is 40 s earlier; HLCs unchanged
+    (late.run_dir / "run.json").write_text(json.dumps(run))
+    a, b = load_run(fx.run_dir), load_run(late.run_dir)
+    assert b.origin_s == pytest.approx(a.origin_s + 40.0)
+    assert b.end_s == pytest.approx(a.end_s) and b.workload_end_s == pytest.approx(a.workload_end_s)
+    assert a.workload_end_s < a.end_s  # the final read comes after the workload
+    assert np.allclose(a.ops.start_s, b.ops.start_s) and a.ops.start_s.min() == 0.0
+    for x, y in zip(a.windows, b.windows, strict=True):
+        assert (x.start_s, x.end_s) == (pytest.approx(y.start_s), pytest.approx(y.end_s))
+    for x, y in zip(a.activations, b.activations, strict=True):
+        assert x.time_s == pytest.approx(y.time_s)
+    for name in ("probe_versions", "op_version_skew", "clock_offsets_s", "safe_time_lag_ms"):
+        sa, sb = getattr(a, name), getattr(b, name)
+        assert np.allclose(sa.time_s, sb.time_s), name
+        assert np.allclose(sa.value, sb.value), name
+    assert b.hlc_to_s(hlc(3100)) == pytest.approx(a.hlc_to_s(hlc(3100)))
+    assert a.hlc_to_s(hlc(3100)) == pytest.approx(3.1 - FIRST_INVOKE_S)

@@ -121,3 +121,64 @@ def test_nightly_runs_every_cell_and_summarizes(tmp_path: Path) -> None:
     page = (result.summary_dir / "summary.html").read_text()
     assert "Nightly" in page and "UNKNOWN" in page and page.count("data:image/png;base64,") == 3
     assert len(list((result.summary_dir / "plots").glob("*.svg"))) == 3
+
+
+def test_a_cell_is_judged_by_its_run_json_expect_as_the_gate(tmp_path: Path) -> None:
+    """The expectation a cell is held to is the one its run.json records (what its report and
+    junit.xml judge by), and the rule is the gate's: found == expect."""
+    from reports.nightly import Matrix, NemesisSpec, Scenario, _run_cells, _summary_html
+
+    def runner(cell: NightlyCell, store: Path) -> Outcome:
+        run_dir = store / cell.name
+        write_anomalous_run(run_dir)  # finds ap-violation and stale-schema-read
+        run = json.loads((run_dir / "run.json").read_text())
+        run["expect"] = ["ap-violation"]  # e.g. from the scenario file
+        (run_dir / "run.json").write_text(json.dumps(run))
+        return Outcome(run_dir, 1)
+
+    matrix = Matrix((Scenario("toggle"),), (NemesisSpec("none"),), (1,), {})
+    (outcome,) = _run_cells(matrix.cells(), tmp_path, runner)
+    assert outcome.expect == ("ap-violation",)
+    from reports.nightly import _judge, _judgement
+
+    results = json.loads((Path(outcome.run_dir or "") / "results.json").read_text())
+    verdict = _judge(outcome, results)
+    assert _judgement(verdict) == "unexpected" and verdict.unexpected == ("stale-schema-read",)
+    summary = {
+        "night": "n1",
+        "detection": {
+            "toggle": {
+                "expect": ["ap-violation"],
+                "runs": 1,
+                "expected": 0,
+                "missed": 0,
+                "unexpected": 1,
+                "unknown": 0,
+                "detection_rate": 0.0,
+                "classes": {"ap-violation": 1, "stale-schema-read": 1},
+            }
+        },
+        "runs": [
+            {
+                "night": "n1",
+                "cell": outcome.cell,
+                "valid": False,
+                "judgement": "unexpected",
+                "expect": ["ap-violation"],
+                "classes": ["ap-violation", "stale-schema-read"],
+                "missed_classes": [],
+                "unexpected_classes": ["stale-schema-read"],
+                "txn_abort_rate": None,
+                "txn_p50_ms": None,
+                "txn_p99_ms": None,
+                "ddl_p50_ms": None,
+                "ddl_p99_ms": None,
+                "abort_codes": {"<script>": 1},
+                "run_dir": outcome.run_dir,
+                "error": None,
+            }
+        ],
+    }
+    page = _summary_html(summary, [], 1)
+    assert "Nightly n1: FAIL" in page and 'class="cell unexpected"' in page
+    assert "<script>" not in page and "&lt;script&gt;" in page  # autoescaped

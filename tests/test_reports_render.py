@@ -96,7 +96,11 @@ def test_junit_has_one_failure_per_found_class(rendered: Fixture) -> None:
     assert skipped == {"index-missing", "index-orphan"}
     suite = root.find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("11", "2", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
+        str(len(ANOMALY_CLASSES)),
+        "2",
+        "0",
+    )
 
 
 def test_junit_valid_run_passes_and_unknown_run_errors(tmp_path: Path) -> None:
@@ -151,3 +155,118 @@ def test_render_analyzes_a_run_without_results(tmp_path: Path) -> None:
     assert "INVALID" in page and page.count('class="anomaly"') == len(results["anomalies"])
     failures = ET.parse(fx.run_dir / "junit.xml").getroot().iter("failure")
     assert {f.get("type") for f in failures} == found
+
+
+# ---- `expect`: the banner, junit.xml and the nightly page agree with `run --gate` ----------
+
+
+def _expecting(run_dir: Path, expect: list[str]) -> None:
+    """run.json's `expect`, where harness.run writes the scenario's."""
+    run = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**run, "expect": expect}))
+
+
+def test_expected_classes_found_pass_in_junit_and_banner(tmp_path: Path) -> None:
+    """A toggle run that found exactly what its scenario expects is green everywhere: no JUnit
+    failure (each expected class passes with its witnesses), a banner that says so."""
+    fx = write_anomalous_run(tmp_path / "run")
+    _expecting(fx.run_dir, ["ap-violation", "stale-schema-read"])
+    render_report(fx.run_dir)
+    root = ET.parse(fx.run_dir / "junit.xml").getroot()
+    assert (root.get("failures"), root.get("errors")) == ("0", "0")
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    ap = cases["ap-violation"].find("system-out")
+    assert ap is not None and str(fx.ap_events[0]) in (ap.text or "")
+    assert "expected by the scenario" in (ap.text or "")
+    page = (fx.run_dir / "report.html").read_text()
+    assert 'class="verdict expected"' in page and 'data-gate="pass"' in page
+    assert "AS EXPECTED: INVALID: 2 anomalies" in page
+    assert "gate: pass" in page
+
+
+EXPECT_CASES = [
+    # expect, gate exit code, junit failures (by testcase name)
+    (["ap-violation", "stale-schema-read"], 0, set()),
+    (["ap-violation"], 1, {"stale-schema-read"}),
+    (["ap-violation", "stale-schema-read", "lost-write"], 1, {"lost-write"}),
+    ([], 1, {"ap-violation", "stale-schema-read"}),
+]
+
+
+@pytest.mark.parametrize(("expect", "code", "failed"), EXPECT_CASES)
+def test_banner_junit_and_nightly_agree_with_the_gate(
+    tmp_path: Path, expect: list[str], code: int, failed: set[str]
+) -> None:
+    from harness.cli import gate
+    from reports.expectation import judge
+    from reports.nightly import _judgement
+
+    fx = write_anomalous_run(tmp_path / "run")
+    _expecting(fx.run_dir, expect)
+    assert gate(fx.run_dir, expect) == code
+    data = load_run(fx.run_dir)
+    assert data.results is not None
+    root = junit_tree(data.results, data.run).getroot()
+    failures = {c.get("name") for c in root.iter("testcase") if c.find("failure") is not None}
+    assert failures == failed
+    assert root.get("failures") == str(len(failed))
+    page = build_report_html(data, [], "schemachaos repro x")
+    assert f'data-gate="{"pass" if code == 0 else "fail"}"' in page
+    if expect and code:
+        assert "NOT AS EXPECTED" in page
+    judgement = _judgement(judge(data.results, expect))
+    assert (judgement == "expected") == (code == 0)
+    if "lost-write" in failed:  # missed, not merely unexpected
+        missed = next(c for c in root.iter("testcase") if c.get("name") == "lost-write")
+        failure = missed.find("failure")
+        assert failure is not None and failure.get("type") == "missed-expectation"
+        assert judgement == "missed"
+
+
+def test_unknown_verdict_is_never_as_expected(tmp_path: Path) -> None:
+    from harness.cli import gate
+
+    write_unknown_run(tmp_path / "unknown")
+    _expecting(tmp_path / "unknown", ["ap-violation"])
+    assert gate(tmp_path / "unknown", ["ap-violation"]) == 2
+    data = load_run(tmp_path / "unknown")
+    assert data.results is not None
+    root = junit_tree(data.results, data.run).getroot()
+    assert root.get("errors") == "1" and root.get("failures") == "0"
+    assert 'data-gate="unknown"' in build_report_html(data, [], "x")
+
+
+def test_header_duration_is_the_workload_and_provenance_is_shown(tmp_path: Path) -> None:
+    fx = write_anomalous_run(tmp_path / "run")
+    run = json.loads((fx.run_dir / "run.json").read_text())
+    run["provenance"] = {
+        "harness_version": "0.1.0",
+        "git_commit": "0123456789abcdef0123",
+        "git_dirty": True,
+        "target": {"name": "schemasync", "version": "in-tree at 0123456789abcdef0123"},
+        "images": {"node": "schemachaos-node:feedc0ffee"},
+        "python": "CPython 3.11.2",
+        "pyspark": "4.3.0",
+        "java": 'openjdk version "17.0.15" 2025-04-15',
+    }
+    (fx.run_dir / "run.json").write_text(json.dumps(run))
+    data = load_run(fx.run_dir)
+    page = build_report_html(data, [], "x")
+    assert f"workload {data.workload_end_s:.1f} s (setup 0.1 s before it" in page
+    assert "harness 0.1.0 at 0123456789ab (dirty)" in page
+    for text in ("schemachaos-node:feedc0ffee", "CPython 3.11.2", "4.3.0", "17.0.15"):
+        assert text in page, text
+
+
+def test_run_data_is_text_never_markup(tmp_path: Path) -> None:
+    """The page is autoescaped: an explanation or a DDL from a history cannot inject markup,
+    and the embedded ops JSON cannot close its <script> element."""
+    fx = write_anomalous_run(tmp_path / "run")
+    results = json.loads((fx.run_dir / "results.json").read_text())
+    results["anomalies"][0]["explanation"] = "<img src=x onerror=alert(1)> & </script>"
+    write_results(fx.run_dir, results)
+    page = build_report_html(load_run(fx.run_dir), [], "schemachaos repro '<b>'")
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt; &amp;" in page
+    assert "&#39;&lt;b&gt;&#39;" in page
+    payload = re.search(r'id="ops-data">(.*?)</script>', page, re.S)
+    assert payload is not None and "</script>" not in payload.group(1)

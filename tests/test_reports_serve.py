@@ -67,8 +67,8 @@ def test_lists_runs_newest_first_coloured_by_verdict(server: StoreServer) -> Non
     page = body.decode()
     order = [page.index(d) for d in ("20260102T000000", "20260101T000000", "20251231T000000")]
     assert order == sorted(order)
-    assert "class='run valid'" in page and "class='run invalid'" in page
-    assert "class='run unknown'" in page
+    assert 'class="run valid"' in page and 'class="run invalid"' in page
+    assert 'class="run unknown"' in page
     assert "/files/learner/20260102T000000/report.html" in page
 
 

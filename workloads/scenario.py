@@ -32,34 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TOGGLES: tuple[str, ...] = (
-    "no-safe-time-wait",
-    "no-ack-wait",
-    "ack-wait-no-skew",
-    "hlc-no-round-up",
-    "no-op-validation",
-    "no-commit-validation",
-    "drop-column-compatible",
-    "local-schema-at-commit",
-    "synctime-reorder",
-    "mutable-delay",
-    "skip-index-states",
-    "no-safe-time-recovery",
-)
-ANOMALY_CLASSES: tuple[str, ...] = (
-    "ap-violation",
-    "mixed-schema-commit",
-    "transborder-op",
-    "incompatible-commit",
-    "stale-schema-read",
-    "schema-conformance",
-    "lost-write",
-    "lost-ddl",
-    "index-missing",
-    "index-orphan",
-    "activation-order",
-    "unavailability",
-)
+from checker.anomaly_classes import ANOMALY_CLASSES
+from schemasync.toggles import TOGGLES
+
+# What `expect` may name: the anomaly classes, plus the one liveness finding judged from
+# results.json's stats rather than its anomalies (no-safe-time-recovery's unavailability windows).
+UNAVAILABILITY = "unavailability"
+EXPECTABLE: tuple[str, ...] = (*ANOMALY_CLASSES, UNAVAILABILITY)
 BACKENDS: tuple[str, ...] = ("auto", "docker", "local", "ssh")
 
 
@@ -169,6 +148,18 @@ def load_scenario(path: Path) -> Scenario:
     return scenario_from_dict(data, where, default_name=Path(path).stem)
 
 
+def load_run_options(path: Path) -> dict[str, Any]:
+    """A scenario file as `RunOptions` keyword arguments, nemesis options and `expect` included:
+    one reading shared by `schemachaos run --scenario` and the nightly matrix's cells."""
+    scenario = load_scenario(path)
+    fields = {
+        **scenario.run_options_fields(),
+        "nemesis_options": json_plain(scenario.nemesis_options),
+        "expect": scenario.expect,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -> Scenario:
     """A Scenario from parsed TOML (what `load_scenario` does after reading the file)."""
     values: dict[str, Any] = {"name": default_name, "path": where}
@@ -274,7 +265,7 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     number("nemesis_interval_s", 0.0)
     strings("toggles", TOGGLES)
     strings("nemesis", None)
-    strings("expect", ANOMALY_CLASSES)
+    strings("expect", EXPECTABLE)
     if "backend" in values:
         need("backend", values["backend"] in BACKENDS, f"needs one of {', '.join(BACKENDS)}")
     if values.get("voters", 3) > values.get("nodes", 5):

@@ -154,7 +154,7 @@ def test_final_reads_follow_a_renamed_table_and_skip_a_dropped_one() -> None:
         (2, ("value", "participants", 0, "commit_schema_version"), None),
         (2, ("value", "participants", 0, "commit_schema_version"), "4"),
         (2, ("value", "ops", 0, "key"), None),
-        (2, ("value", "ops", 0, "schema_version"), None),
+        (2, ("value", "ops", 0, "node"), None),
         (5, ("value", "catalog_version"), 1 << 70),
         (2, ("value", "tables", "t1", "base_ts"), 1.5),
     ],
@@ -212,3 +212,29 @@ def test_setup_before_the_workload_is_not_downtime(tmp_path: Path, spark: SparkS
     assert stats["unavailability"] == []
     assert stats["workload_start_s"] == 4.0
     assert 0 < stats["workload_duration_s"] < stats["duration_s"]
+
+
+@pytest.mark.spark
+def test_an_op_on_a_table_gone_at_its_ts_may_have_no_schema_version(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """The primary found no table t9 at op_ts: the op is executed (op_ts, node) with a null
+    schema_version and the txn fails TABLE_DROPPED; within the contract, and valid."""
+    events = complete_events()
+    op = {"op": "r", "table": "t9", "key": 1}
+    done = {**op, "op_ts": hlc(4150), "node": "n2", "schema_version": None, "result": None}
+    events[7:7] = [
+        {"type": "invoke", "process": 4, "f": "txn", "value": {"ops": [op]}},
+        {
+            "type": "fail",
+            "process": 4,
+            "f": "txn",
+            "node": "n2",
+            "value": {"txn_id": "d1", "begin_ts": hlc(4149), "commit_ts": None, "ops": [done],
+                      "tables": {}, "participants": []},
+            "error": {"code": "TABLE_DROPPED", "message": "no t9", "retriable": False},
+        },
+    ]  # fmt: skip
+    results = _analyze(spark, tmp_path / "run", events)
+    assert results["errors"] == [] and results["valid"] is True, results

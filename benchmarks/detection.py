@@ -65,6 +65,8 @@ WRONG_VERSION: dict[str, str] = {
     "commit_ts, not tsv(t, commit_ts)",
     "incompatible-commit": "as a participant the node checks forward compatibility up to the "
     "version it holds, and misses an incompatible change active before commit_ts",
+    "schema-conformance": "the node serves a read in the shape of the version it holds, which "
+    "is not the schema at the read's ts (seen on a mutable-delay run, 2026-11-25)",
 }
 AFTER_ACK = {
     "stale-schema-read": "the node answers its old version at its now after the ack",

@@ -35,7 +35,7 @@ from harness.run import (
     options_from_run_json,
     run_test,
 )
-from harness.target import TARGETS
+from harness.targets import TARGETS
 from nemesis import parse_kinds
 from reports.expectation import judge
 from schemasync.toggles import ALL_TOGGLES

@@ -38,7 +38,8 @@ from harness.store import (
     write_json,
     write_jsonl,
 )
-from harness.target import Target, TargetSetupError, load_target
+from harness.target import Target, TargetSetupError
+from harness.targets import load_target
 from nemesis import NemesisContext, heal_all, schedule_to_json
 from nemesis import build_schedule as nemesis_schedule
 from nemesis.delay import DelayNemesis

@@ -90,24 +90,3 @@ class Target(Protocol):
     async def catalog_log(self) -> list[dict[str, Any]]: ...
 
     def teardown(self) -> None: ...
-
-
-TARGETS = {
-    "schemasync": ("harness.target_schemasync", "SchemaSyncTarget"),
-    "postgres": ("harness.target_postgres", "PostgresTarget"),
-}
-
-
-def load_target(name: str) -> Target:
-    """The registered targets by name; another database adds one line to TARGETS.
-
-    A target may also offer `docker_image() -> str`: the image the docker backend then runs
-    instead of the schemasync node image.
-    """
-    import importlib
-
-    if name not in TARGETS:
-        raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
-    module, cls = TARGETS[name]
-    target: Target = getattr(importlib.import_module(module), cls)()
-    return target

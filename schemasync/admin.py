@@ -8,7 +8,7 @@ from typing import Any
 
 from schemasync import errors
 from schemasync.errors import SchemaSyncError
-from schemasync.hlc import HybridClock, wall_ms
+from schemasync.hlc import HybridClock
 from schemasync.metastore import MetaStorage
 from schemasync.schema_sync import SchemaSync
 
@@ -65,7 +65,7 @@ class Admin:
         return {
             "node": self.name,
             "hlc_now": self.clock.now(),
-            "wall_ms": wall_ms(),
+            "wall_ms": self.clock.wall_ms(),
             "role": raft.role,
             "term": raft.term,
             "leader": raft.leader,

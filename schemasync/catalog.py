@@ -227,10 +227,16 @@ class _Ids:
 
 
 def apply_ddl(
-    latest: Catalog, cmd: d.DdlCommand, toggles: frozenset[str] = frozenset()
+    latest: Catalog,
+    cmd: d.DdlCommand,
+    toggles: frozenset[str] = frozenset(),
+    *,
+    index_state_bumps_version: bool = True,
 ) -> tuple[dict[str, Table], int]:
     """The tables after `cmd` and the new next_id; raises DdlInvalid when `cmd` does not apply
-    to `latest`. Every change to a table bumps its schema_version (index DDL included)."""
+    to `latest`. Every change to a table bumps its schema_version (index DDL included), except
+    an index state change when ``index_state_bumps_version`` is False (Ignite's choice)."""
+    bump_states = index_state_bumps_version
     tables = dict(latest.tables)
     ids = _Ids(latest.next_id)
 
@@ -368,7 +374,7 @@ def apply_ddl(
         if SKIP_INDEX_STATES in toggles or index.state in (REGISTERED, BUILDING):
             tables[table.name] = _without_index(table, index)
         elif index.state == AVAILABLE:
-            tables[table.name] = _with_index(table, replace(index, state=STOPPING))
+            tables[table.name] = _with_index(table, replace(index, state=STOPPING), bump_states)
         else:
             raise DdlInvalid(f"index {cmd.index} is already being dropped ({index.state})")
         return tables, ids.next
@@ -384,7 +390,7 @@ def apply_ddl(
         if cmd.state == d.REMOVED:
             tables[table.name] = _without_index(table, index)
         else:
-            tables[table.name] = _with_index(table, replace(index, state=cmd.state))
+            tables[table.name] = _with_index(table, replace(index, state=cmd.state), bump_states)
         return tables, ids.next
 
     raise DdlInvalid(f"unsupported command {cmd!r}")
@@ -445,8 +451,9 @@ def _replace_column(table: Table, column: Column) -> Table:
     return _bump(table, columns=tuple(column if c.id == column.id else c for c in table.columns))
 
 
-def _with_index(table: Table, index: Index) -> Table:
-    return _bump(table, indexes=tuple(index if i.id == index.id else i for i in table.indexes))
+def _with_index(table: Table, index: Index, bump: bool = True) -> Table:
+    indexes = tuple(index if i.id == index.id else i for i in table.indexes)
+    return _bump(table, indexes=indexes) if bump else replace(table, indexes=indexes)
 
 
 def _without_index(table: Table, index: Index) -> Table:

@@ -11,6 +11,7 @@ from typing import Any
 
 from schemasync import errors
 from schemasync.errors import SchemaSyncError
+from schemasync.transport import TCP, Transport
 from schemasync.wire import FrameError, RpcConnection
 
 __all__ = ["Client", "SchemaSyncError"]
@@ -26,11 +27,12 @@ def _split(address: str) -> tuple[str, int]:
 class Client:
     """One logical client; requests are sent one at a time over one connection."""
 
-    def __init__(self, addresses: list[str], timeout: float) -> None:
+    def __init__(self, addresses: list[str], timeout: float, transport: Transport = TCP) -> None:
         if not addresses:
             raise ValueError("no addresses")
         self.addresses = list(addresses)
         self.timeout = timeout
+        self.transport = transport
         self.node = ""
         self.address = ""
         self.last_reply_hlc = 0
@@ -38,9 +40,11 @@ class Client:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def connect(cls, addresses: list[str], timeout: float = 10.0) -> Client:
+    async def connect(
+        cls, addresses: list[str], timeout: float = 10.0, transport: Transport = TCP
+    ) -> Client:
         """Connect to the first address that answers ``admin.status``, in order."""
-        client = cls(addresses, timeout)
+        client = cls(addresses, timeout, transport)
         await client._ensure_connected()
         return client
 
@@ -55,7 +59,7 @@ class Client:
             host, port = _split(address)
             try:
                 async with asyncio.timeout(self.timeout):
-                    conn = await RpcConnection.open(host, port)
+                    conn = await RpcConnection.open(host, port, None, self.transport)
                     reply = await conn.call("admin.status", {}, 0)
             except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
                 failures.append(f"{address}: {type(e).__name__}: {e}")

@@ -41,6 +41,8 @@ class NodeConfig:
     partitions: int = 4
     base_ts: str = "enlist"
     rename_column_compatible: bool = True
+    index_state_bumps_version: bool = True
+    profile: str = "default"
     toggles: frozenset[str] = frozenset()
     log_file: Path | None = None
     election_timeout_min_ms: int = 300
@@ -64,6 +66,27 @@ class NodeConfig:
         return self.name in self.voters
 
 
+# Design choices where the seed and Apache Ignite 3 differ; a key set in the file wins.
+#  base_ts: the seed enlists a table at its first touch; Ignite validates against the
+#    transaction's begin timestamp (system.md "Enlisting a table"; Ignite's schema sync IEP-98).
+#  rename_column_compatible: by ids a rename loses nothing (seed 001); Ignite's forward-compat
+#    validator treats a column rename as incompatible (compat.py, system.md).
+#  index_state_bumps_version: the seed bumps a table's schema version on every index state
+#    change (seed 004); Ignite changes an index's status in the catalog without a new table
+#    schema version, so a transaction on version I cannot tell the index states apart.
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {
+        "base_ts": "enlist",
+        "rename_column_compatible": True,
+        "index_state_bumps_version": True,
+    },
+    "ignite": {
+        "base_ts": "begin",
+        "rename_column_compatible": False,
+        "index_state_bumps_version": False,
+    },
+}
+
 _INT_KEYS = {
     "delay_duration_ms": (1, 600_000),
     "max_clock_skew_ms": (0, 600_000),
@@ -83,6 +106,8 @@ _KNOWN = {
     "nodes",
     "base_ts",
     "rename_column_compatible",
+    "index_state_bumps_version",
+    "profile",
     "toggles",
     "log_file",
     *_INT_KEYS,
@@ -152,12 +177,19 @@ def parse_config(raw: dict[str, Any], path: str = "<config>") -> NodeConfig:
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise bad(key, f"must be an integer in [{lo}, {hi}], got {value!r}")
         ints[key] = value
-    base_ts = raw.get("base_ts", "enlist")
+    profile = raw.get("profile", "default")
+    if profile not in PROFILES:
+        raise bad("profile", f"must be one of {', '.join(sorted(PROFILES))}, got {profile!r}")
+    defaults = PROFILES[profile]
+    base_ts = raw.get("base_ts", defaults["base_ts"])
     if base_ts not in ("enlist", "begin"):
         raise bad("base_ts", f"must be 'enlist' or 'begin', got {base_ts!r}")
-    rename = raw.get("rename_column_compatible", True)
-    if not isinstance(rename, bool):
-        raise bad("rename_column_compatible", "must be true or false")
+    switches: dict[str, bool] = {}
+    for key in ("rename_column_compatible", "index_state_bumps_version"):
+        value = raw.get(key, defaults[key])
+        if not isinstance(value, bool):
+            raise bad(key, "must be true or false")
+        switches[key] = value
     try:
         toggles = validate_toggles(raw.get("toggles", []))
     except ValueError as e:
@@ -171,7 +203,9 @@ def parse_config(raw: dict[str, Any], path: str = "<config>") -> NodeConfig:
         nodes=nodes,
         voters=tuple(voters_raw),
         base_ts=base_ts,
-        rename_column_compatible=rename,
+        profile=profile,
+        rename_column_compatible=switches["rename_column_compatible"],
+        index_state_bumps_version=switches["index_state_bumps_version"],
         toggles=toggles,
         log_file=Path(log_file) if log_file else None,
         extra={k: v for k, v in raw.items() if k not in _KNOWN},

@@ -57,6 +57,10 @@ class HybridClock:
         self.max_clock_skew_ms = max_clock_skew_ms
         self.ahead_count = 0
 
+    def wall_ms(self) -> int:
+        """This node's wall clock (the HLC's physical source) in epoch milliseconds."""
+        return self._wall()
+
     def now(self) -> int:
         """A fresh timestamp, strictly greater than every one returned or merged before."""
         candidate = make_ts(self._wall())

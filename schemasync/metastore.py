@@ -11,7 +11,6 @@ import asyncio
 import heapq
 import itertools
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from schemasync.ddl import DdlInvalid, parse_ddl
 from schemasync.errors import SchemaSyncError
 from schemasync.hlc import HybridClock, add_ms
 from schemasync.raft import LogEntry, RaftNode
+from schemasync.runtime import Runtime
 from schemasync.toggles import MUTABLE_DELAY, NO_SAFE_TIME_RECOVERY, SYNCTIME_REORDER
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,10 @@ class MetaStorage:
         config: NodeConfig,
         clock: HybridClock,
         rpc: Callable[[str, str, dict[str, Any], float], Awaitable[dict[str, Any]]],
+        runtime: Runtime | None = None,
     ) -> None:
         self.config = config
+        self.runtime = runtime if runtime is not None else Runtime()
         self.clock = clock
         self.toggles = config.toggles
         self.live_delay_ms = config.delay_duration_ms
@@ -102,6 +104,8 @@ class MetaStorage:
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             idle_sync_interval_ms=config.idle_safe_time_interval_ms,
             snapshot_threshold=config.snapshot_threshold,
+            disk=self.runtime.disk,
+            rng=self.runtime.rng,
             stamp_before_append_ms=(
                 config.synctime_reorder_window_ms if SYNCTIME_REORDER in self.toggles else None
             ),
@@ -162,7 +166,12 @@ class MetaStorage:
             return {"status": "conflict", "version": latest.version}
         stmt = str(cmd["stmt"])
         try:
-            tables, next_id = apply_ddl(latest, parse_ddl(stmt), self.toggles)
+            tables, next_id = apply_ddl(
+                latest,
+                parse_ddl(stmt),
+                self.toggles,
+                index_state_bumps_version=self.config.index_state_bumps_version,
+            )
         except DdlInvalid as e:
             return {"status": "invalid", "message": e.message}
         if MUTABLE_DELAY in self.toggles:
@@ -223,7 +232,7 @@ class MetaStorage:
         log (this replica's may lag). Returns once the leader applied it, not necessarily this
         replica. Callers bound it with asyncio.timeout.
         """
-        request_id = uuid.uuid4().hex
+        request_id = self.runtime.token()
         parse_ddl(stmt)  # a syntax error costs no Raft round
         expected = self.catalogs.latest().version
         while True:

@@ -10,31 +10,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import importlib.util
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from schemasync import errors
 from schemasync.admin import Admin
-from schemasync.catalog import CatalogHistory
 from schemasync.config import ConfigError, NodeConfig, load_config
+from schemasync.context import NodeContext, RequestHandler
 from schemasync.errors import SchemaSyncError
 from schemasync.hlc import HybridClock
 from schemasync.metastore import MetaStorage
 from schemasync.probe import handle_probe, handle_schema_get
+from schemasync.runtime import Runtime
 from schemasync.schema_sync import SchemaSync
 from schemasync.toggles import NO_ACK_WAIT
-from schemasync.wire import PeerClient, serve_connection
+from schemasync.transport import Listener
+from schemasync.txn_service import install as install_txn_service
+from schemasync.wire import MAX_FRAME, PeerClient, serve_connection
 
 log = logging.getLogger("schemasync.node")
 
-RequestHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+__all__ = ["Node", "NodeContext", "main"]
+
 ADMIN_TYPES = (
     "admin.status",
     "admin.catalog_log",
@@ -53,26 +53,6 @@ def _source_address(config: NodeConfig) -> str | None:
     return bind
 
 
-@dataclass
-class NodeContext:
-    """What the core gives the txn layer (docs/interfaces.md)."""
-
-    name: str
-    config: NodeConfig
-    toggles: frozenset[str]
-    data_dir: Path
-    hlc: HybridClock
-    schema_sync: SchemaSync
-    metastore: MetaStorage
-    peers: PeerClient
-    task_group: asyncio.TaskGroup
-
-    @property
-    def catalogs(self) -> CatalogHistory:
-        """The locally applied catalog versions (replaced wholesale by a snapshot install)."""
-        return self.metastore.catalogs
-
-
 class _Shutdown(Exception):
     """Raised inside the node's TaskGroup to end it on SIGTERM/SIGINT."""
 
@@ -80,24 +60,27 @@ class _Shutdown(Exception):
 class Node:
     """One node: owns the servers, the Meta Storage replica and every background task."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, runtime: Runtime | None = None) -> None:
         self.config = config
         self.name = config.name
-        self.hlc = HybridClock(config.max_clock_skew_ms)
+        self.runtime = runtime if runtime is not None else Runtime()
+        self.hlc = HybridClock(config.max_clock_skew_ms, self.runtime.wall_ms)
         source = _source_address(config)
         self._raft_peers = PeerClient(
             {n: (a.host, a.metastore_port) for n, a in config.nodes.items()},
             self.hlc.now,
             self.hlc.update,
             source,
+            self.runtime.transport,
         )
         self.peers = PeerClient(
             {n: (a.host, a.peer_port) for n, a in config.nodes.items()},
             self.hlc.now,
             self.hlc.update,
             source,
+            self.runtime.transport,
         )
-        self.metastore = MetaStorage(config, self.hlc, self._raft_peers.call)
+        self.metastore = MetaStorage(config, self.hlc, self._raft_peers.call, self.runtime)
         self.schema_sync = SchemaSync(
             self.hlc,
             self.metastore.safe_time,
@@ -182,12 +165,14 @@ class Node:
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (by default: until SIGTERM/SIGINT)."""
+        if stop is None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
 
         async def stop_on_signal() -> None:
             await stop.wait()
@@ -206,6 +191,7 @@ class Node:
                     metastore=self.metastore,
                     peers=self.peers,
                     task_group=tg,
+                    runtime=self.runtime,
                 )
                 self._install_txn_service(self.context)
                 servers = await self._start_servers()
@@ -221,13 +207,9 @@ class Node:
             self.peers.close()
 
     def _install_txn_service(self, ctx: NodeContext) -> None:
-        if importlib.util.find_spec("schemasync.txn_service") is None:
-            log.info("node %s: no txn service installed", self.name)
-            return
-        txn_service = importlib.import_module("schemasync.txn_service")
-        txn_service.install(ctx, self)
+        install_txn_service(ctx, self)
 
-    async def _start_servers(self) -> list[asyncio.Server]:
+    async def _start_servers(self) -> list[Listener]:
         me = self.config.me
         ports: list[tuple[str, int, Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]]]
         ports = [
@@ -251,8 +233,8 @@ class Node:
                         reader, writer, handler, self.hlc.now, self.hlc.update, port_name
                     )
 
-            server = await asyncio.start_server(
-                on_connect, me.bind, port, limit=16 * 1024 * 1024 + 8, reuse_address=True
+            server = await self.runtime.transport.listen(
+                me.bind, port, on_connect, limit=MAX_FRAME + 8
             )
             log.info("node %s: %s port listening on %s:%d", self.name, port_name, me.bind, port)
             servers.append(server)

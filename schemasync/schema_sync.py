@@ -8,7 +8,6 @@ ceil_ms(Tu + CSmax), so the DDL is visible on any node a client turns to next.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from schemasync.catalog import Catalog, CatalogHistory
 from schemasync.hlc import HybridClock, add_ms, ceil_ms, physical_ms
 from schemasync.metastore import SafeTimeTracker
+from schemasync.runtime import monotonic
 from schemasync.toggles import ACK_WAIT_NO_SKEW, HLC_NO_ROUND_UP, NO_ACK_WAIT, NO_SAFE_TIME_WAIT
 
 
@@ -79,11 +79,11 @@ class SchemaSync:
         needed = add_ms(ts, -self._delay_ms())
         if self.safe_time.current >= needed:
             return
-        started = time.monotonic()
+        started = monotonic()
         try:
             await self.safe_time.wait(needed)
         finally:
-            self.waits.record((time.monotonic() - started) * 1000)
+            self.waits.record((monotonic() - started) * 1000)
 
     async def active_catalog(self, ts: int) -> Catalog:
         """The catalog version active at ts, after the completeness wait."""

@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import os
 import re
 import struct
-import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+
+from schemasync.disk import LOCAL_DISK, Disk
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +87,21 @@ class WalCorrupt(Exception):
 class WriteAheadLog:
     """Append-only log of msgpack records with group commit: one fsync serves every waiter."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: Disk = LOCAL_DISK) -> None:
         self.path = path
-        self._file = open(path, "ab")  # noqa: SIM115 - owned for the log's lifetime
-        self._io_lock = threading.Lock()
+        self._disk = disk
+        self._file = disk.open_append(path)
         self._sync_lock = asyncio.Lock()
         self._appended = 0
         self._synced = 0
         self.fsyncs = 0
 
     @staticmethod
-    def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    def read_records(path: Path, disk: Disk = LOCAL_DISK) -> tuple[list[dict[str, Any]], int]:
         """The intact records of a log and the byte length they span (a torn tail is cut)."""
-        if not path.exists():
+        if not disk.exists(path):
             return [], 0
-        data = path.read_bytes()
+        data = disk.read_bytes(path)
         records: list[dict[str, Any]] = []
         pos = 0
         while pos + _HEADER.size <= len(data):
@@ -118,13 +118,19 @@ class WriteAheadLog:
             pos = end
         return records, pos
 
+    @staticmethod
+    def cut_torn_tail(path: Path, disk: Disk = LOCAL_DISK) -> tuple[list[dict[str, Any]], bool]:
+        """The intact records; a torn tail is truncated away (durably). True if one was cut."""
+        records, good_len = WriteAheadLog.read_records(path, disk)
+        if disk.exists(path) and len(disk.read_bytes(path)) > good_len:
+            disk.truncate(path, good_len)
+            return records, True
+        return records, False
+
     def append(self, record: dict[str, Any]) -> None:
         """Write a record to the OS (not yet durable: call ``sync``)."""
-        payload = msgpack.packb(record, use_bin_type=True)
-        frame = _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-        with self._io_lock:
-            self._file.write(frame)
-            self._appended += 1
+        self._file.write(_frame(record))
+        self._appended += 1
 
     async def sync(self) -> None:
         """Return once every record appended before the call is on disk (fsync)."""
@@ -133,52 +139,33 @@ class WriteAheadLog:
             if self._synced >= target:
                 return
             upto = self._appended
-            await asyncio.to_thread(self._flush_and_fsync)
+            await self._disk.fsync_async(self._file)
             self._synced = upto
             self.fsyncs += 1
 
-    def _flush_and_fsync(self) -> None:
-        with self._io_lock:
-            self._file.flush()
-            fd = self._file.fileno()
-        os.fsync(fd)
-
     def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace the log by ``records`` (compaction): write aside, fsync, rename, fsync dir."""
-        tmp = self.path.with_suffix(".wal.tmp")
-        with open(tmp, "wb") as f:
-            for record in records:
-                payload = msgpack.packb(record, use_bin_type=True)
-                f.write(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        with self._io_lock:
-            self._file.close()
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
-            self._file = open(self.path, "ab")  # noqa: SIM115
-            self._synced = self._appended
+        data = b"".join(_frame(r) for r in records)
+        self._file.close()
+        self._disk.replace_file(self.path, data, durable=True)
+        self._file = self._disk.open_append(self.path)
+        self._synced = self._appended
 
     def size(self) -> int:
-        with self._io_lock:
-            return self._file.tell()
+        return self._file.tell()
 
     def close(self) -> None:
-        with self._io_lock:
-            self._file.close()
+        self._file.close()
+
+
+def _frame(record: dict[str, Any]) -> bytes:
+    payload = msgpack.packb(record, use_bin_type=True)
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def _only_torn_after(data: bytes, end: int) -> bool:
     """A bad checksum on the last record is a torn write; anywhere else it is corruption."""
     return end >= len(data)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _encode_writes(writes: Iterable[KeyWrite]) -> list[list[Any]]:
@@ -222,8 +209,11 @@ class _IndexData:
 class PartitionStore:
     """Rows and index entries of one (table, partition), durable through its own WAL."""
 
-    def __init__(self, directory: Path, table_id: int, partition: int) -> None:
+    def __init__(
+        self, directory: Path, table_id: int, partition: int, disk: Disk = LOCAL_DISK
+    ) -> None:
         self.table_id = table_id
+        self._disk = disk
         self.partition = partition
         self.path = directory / f"t{table_id}_p{partition}.wal"
         self._rows: dict[int, list[tuple[int, int, RowValues | None]]] = {}
@@ -233,17 +223,13 @@ class PartitionStore:
         self._changed = asyncio.Condition()
         self._inflight = 0  # records appended whose effect is not applied in memory yet
         self._recover()
-        self._wal = WriteAheadLog(self.path)
+        self._wal = WriteAheadLog(self.path, disk)
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        records, good_len = WriteAheadLog.read_records(self.path)
-        if self.path.exists() and self.path.stat().st_size > good_len:
-            log.warning("%s: cutting a torn tail at byte %d", self.path, good_len)
-            with open(self.path, "r+b") as f:
-                f.truncate(good_len)
-                f.flush()
-                os.fsync(f.fileno())
+        records, cut = WriteAheadLog.cut_torn_tail(self.path, self._disk)
+        if cut:
+            log.warning("%s: cut a torn tail", self.path)
         for record in records:
             self._replay(record)
         if records:
@@ -537,16 +523,19 @@ def _present_at(versions: list[tuple[int, bool]], ts: int) -> bool:
 class Storage:
     """All partition stores of one node, under ``data_dir/storage``; opened lazily."""
 
-    def __init__(self, data_dir: Path, compact_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self, data_dir: Path, compact_bytes: int = 64 * 1024 * 1024, disk: Disk = LOCAL_DISK
+    ) -> None:
         self.directory = data_dir / "storage"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._disk = disk
+        disk.mkdir(self.directory)
         self._stores: dict[tuple[int, int], PartitionStore] = {}
         self.compact_bytes = compact_bytes
 
     def recover_all(self) -> list[PartitionStore]:
         """Open every partition that has a log on disk (restart recovery)."""
-        for path in sorted(self.directory.iterdir()):
-            m = _WAL_NAME.match(path.name)
+        for name in self._disk.listdir(self.directory):
+            m = _WAL_NAME.match(name)
             if m:
                 self.partition(int(m.group(1)), int(m.group(2)))
         return list(self._stores.values())
@@ -554,7 +543,7 @@ class Storage:
     def partition(self, table_id: int, partition: int) -> PartitionStore:
         store = self._stores.get((table_id, partition))
         if store is None:
-            store = PartitionStore(self.directory, table_id, partition)
+            store = PartitionStore(self.directory, table_id, partition, self._disk)
             self._stores[(table_id, partition)] = store
         return store
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from schemasync import errors
 from schemasync.compat import first_incompatible
+from schemasync.disk import LOCAL_DISK, Disk
 from schemasync.errors import SchemaSyncError
-from schemasync.hlc import wall_ms
 from schemasync.partitioning import partition_of, primary_of
+from schemasync.runtime import monotonic
 from schemasync.storage import WriteAheadLog
 from schemasync.toggles import NO_COMMIT_VALIDATION
 from schemasync.txn_primary import completed_catalog, fail
 
 if TYPE_CHECKING:
-    from schemasync.node import NodeContext
+    from schemasync.context import NodeContext
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class CoordTxn:
     state: str = "active"  # active | committing | committed | aborted
     commit_ts: int | None = None
     participants: list[dict[str, Any]] = field(default_factory=list)
-    last_active: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def value(self) -> dict[str, Any]:
@@ -88,17 +88,14 @@ class CoordTxn:
 class DecisionLog:
     """Durable commit/abort decisions of the txns this node coordinated (fsync'd)."""
 
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: Path, disk: Disk = LOCAL_DISK) -> None:
+        disk.mkdir(directory)
         path = directory / "decisions.wal"
-        records, good = WriteAheadLog.read_records(path)
-        if path.exists() and path.stat().st_size > good:
-            with open(path, "r+b") as f:
-                f.truncate(good)
+        records, _ = WriteAheadLog.cut_torn_tail(path, disk)
         self.decisions: dict[str, int | None] = {}
         for r in records:
             self.decisions[r["txn"]] = r.get("cts")
-        self._wal = WriteAheadLog(path)
+        self._wal = WriteAheadLog(path, disk)
 
     async def record(self, txn_id: str, commit_ts: int | None) -> None:
         self._wal.append({"txn": txn_id, "cts": commit_ts})
@@ -117,9 +114,9 @@ class TxnCoordinator:
         self.call = call
         self.nodes = sorted(ctx.config.nodes)
         self.partitions = ctx.config.partitions
-        self.decisions = DecisionLog(ctx.data_dir / "txn")
+        self.decisions = DecisionLog(ctx.data_dir / "txn", ctx.runtime.disk)
         self._txns: dict[str, CoordTxn] = {}
-        self._boot = wall_ms()
+        self._boot = ctx.hlc.wall_ms()
         self._seq = itertools.count(1)
         self.counters: dict[str, int] = {}
 
@@ -140,7 +137,7 @@ class TxnCoordinator:
             raise fail(errors.TXN_ABORTED, f"txn {txn_id} is not active on {self.ctx.name}")
         if txn.state != "active":
             raise fail(errors.TXN_ABORTED, f"txn {txn_id} is {txn.state}")
-        txn.last_active = time.monotonic()
+        txn.last_active = monotonic()
         return txn
 
     def new_txn(self) -> CoordTxn:
@@ -487,7 +484,7 @@ class TxnCoordinator:
 
     async def expire_idle(self) -> None:
         """Abort explicit txns a client left open too long (their locks block others)."""
-        now = time.monotonic()
+        now = monotonic()
         for txn in list(self._txns.values()):
             if txn.state == "active" and now - txn.last_active > IDLE_TXN_TIMEOUT_S:
                 async with txn.lock:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from schemasync.index_states import maintained, readable
 from schemasync.locks import LockConflict, LockMode, LockOwner, LockTable
 from schemasync.partitioning import primary_of
 from schemasync.rows import RowInvalid, complete_row, to_ids, to_names, upgrade_between
+from schemasync.runtime import monotonic
 from schemasync.storage import (
     IndexWrite,
     KeyWrite,
@@ -37,7 +37,7 @@ from schemasync.toggles import LOCAL_SCHEMA_AT_COMMIT, NO_COMMIT_VALIDATION, NO_
 from schemasync.types import TypeInvalid, normalize_value, parse_type
 
 if TYPE_CHECKING:
-    from schemasync.node import NodeContext
+    from schemasync.context import NodeContext
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class _Txn:
     prepared: dict[PartKey, int] = field(default_factory=dict)  # part -> commit_ts
     aborted: bool = False
     in_doubt: bool = False  # recovered from the WAL after a restart
-    last_active: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=monotonic)
     prepared_at: float | None = None
     prepare_reply: dict[str, Any] = field(default_factory=dict)
 
@@ -145,7 +145,7 @@ class TxnPrimary:
         self.nodes = sorted(ctx.config.nodes)
         self._ended: OrderedDict[str, None] = OrderedDict()  # recent txns: late ops refused
         # This incarnation: a txn whose ops ran on an earlier one lost them at the restart.
-        self.epoch = f"{ctx.name}-{time.time_ns()}"
+        self.epoch = f"{ctx.name}-{ctx.runtime.token()}"
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self) -> int:
@@ -188,7 +188,7 @@ class TxnPrimary:
             txn = self._txns[txn_id] = _Txn(txn_id, str(body["coordinator"]), int(body["begin_ts"]))
         if txn.aborted or txn.prepared:
             raise fail(errors.TXN_ABORTED, f"txn {txn_id} is no longer active on {self.ctx.name}")
-        txn.last_active = time.monotonic()
+        txn.last_active = monotonic()
         op_ts = self.ctx.hlc.now()
         try:
             cat = await completed_catalog(self.ctx, op_ts, "op")
@@ -415,7 +415,7 @@ class TxnPrimary:
             )
         if txn.prepared:
             return txn.prepare_reply
-        txn.last_active = time.monotonic()
+        txn.last_active = monotonic()
         try:
             cat_c = await self._commit_catalog(commit_ts)
             results = []
@@ -449,7 +449,7 @@ class TxnPrimary:
         if single:
             self._finish(txn_id)
         else:
-            txn.prepared_at = time.monotonic()
+            txn.prepared_at = monotonic()
             txn.prepare_reply = reply
         return reply
 
@@ -494,7 +494,7 @@ class TxnPrimary:
     # -- in-doubt resolution ---------------------------------------------------------------
     async def resolve(self, ask: Callable[[str, str], Awaitable[dict[str, Any]]]) -> None:
         """Ask coordinators about prepared txns that waited too long and idle active ones."""
-        now = time.monotonic()
+        now = monotonic()
         for txn in list(self._txns.values()):
             stale_prepared = (
                 txn.prepared

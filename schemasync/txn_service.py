@@ -23,7 +23,7 @@ from schemasync.txn_coordinator import PEER_TIMEOUT_S, TxnCoordinator
 from schemasync.txn_primary import TxnPrimary, completed_catalog, fail
 
 if TYPE_CHECKING:
-    from schemasync.node import Node, NodeContext
+    from schemasync.context import HandlerRegistry, NodeContext
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class TxnService:
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self.storage = Storage(ctx.data_dir)
+        self.storage = Storage(ctx.data_dir, disk=ctx.runtime.disk)
         self.primary = TxnPrimary(ctx, self.storage)
         self.coordinator = TxnCoordinator(ctx, self.call)
         self.peer_handlers: dict[str, Handler] = {
@@ -272,7 +272,7 @@ class TxnService:
         }
 
 
-def install(ctx: NodeContext, node: Node) -> TxnService:
+def install(ctx: NodeContext, node: HandlerRegistry) -> TxnService:
     """Recover storage, register the txn layer's handlers and start its background tasks."""
     service = TxnService(ctx)
     service.primary.recover()

@@ -19,6 +19,7 @@ import msgpack
 
 from schemasync import errors
 from schemasync.errors import SchemaSyncError
+from schemasync.transport import TCP, Transport
 
 MAX_FRAME = 16 * 1024 * 1024
 _LEN = struct.Struct(">I")
@@ -145,13 +146,10 @@ class RpcConnection:
         self.writer = writer
 
     @classmethod
-    async def open(cls, host: str, port: int, source: str | None = None) -> RpcConnection:
-        # Binding the source address lets an iptables rule tell which node sent a packet
-        # (nodes sharing one host's loopback would otherwise all come from 127.0.0.1).
-        local_addr = (source, 0) if source else None
-        reader, writer = await asyncio.open_connection(
-            host, port, limit=MAX_FRAME + 8, local_addr=local_addr
-        )
+    async def open(
+        cls, host: str, port: int, source: str | None = None, transport: Transport = TCP
+    ) -> RpcConnection:
+        reader, writer = await transport.connect(host, port, source=source, limit=MAX_FRAME + 8)
         return cls(reader, writer)
 
     async def call(self, req_type: str, body: dict[str, Any], hlc_ts: int) -> dict[str, Any]:
@@ -179,10 +177,13 @@ class RpcConnection:
 class RpcPool:
     """Outgoing RPC to one address: a few reusable connections, closed on any failure."""
 
-    def __init__(self, host: str, port: int, source: str | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, source: str | None = None, transport: Transport = TCP
+    ) -> None:
         self.host = host
         self.port = port
         self.source = source
+        self.transport = transport
         self._idle: list[RpcConnection] = []
 
     async def call(
@@ -202,7 +203,9 @@ class RpcPool:
         try:
             async with asyncio.timeout(timeout):
                 if conn is None:
-                    conn = await RpcConnection.open(self.host, self.port, self.source)
+                    conn = await RpcConnection.open(
+                        self.host, self.port, self.source, self.transport
+                    )
                 reply = await conn.call(req_type, body, hlc_ts)
         except BaseException:
             if conn is not None:
@@ -229,9 +232,11 @@ class PeerClient:
         clock_now: Callable[[], int],
         clock_update: Callable[[int], int],
         source: str | None = None,
+        transport: Transport = TCP,
     ) -> None:
         self._addresses = addresses
         self._source = source
+        self._transport = transport
         self._pools: dict[str, RpcPool] = {}
         self._now = clock_now
         self._update = clock_update
@@ -242,7 +247,7 @@ class PeerClient:
             if node not in self._addresses:
                 raise errors.invalid_request(f"unknown node {node!r}")
             host, port = self._addresses[node]
-            pool = self._pools[node] = RpcPool(host, port, self._source)
+            pool = self._pools[node] = RpcPool(host, port, self._source, self._transport)
         return pool
 
     async def call(

@@ -6,13 +6,14 @@ Every write that Raft relies on for safety is fsynced before the caller replies 
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
+
+from schemasync.disk import LOCAL_DISK, Disk
 
 _LEN = struct.Struct(">I")
 log = logging.getLogger(__name__)
@@ -38,40 +39,22 @@ def _record(obj: Any) -> bytes:
     return _LEN.pack(len(payload)) + payload
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: temp file, fsync, rename, fsync the directory."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 class RaftLog:
     """Entries after the snapshot point, in memory and in an append-only record file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: Disk = LOCAL_DISK) -> None:
         self.path = path
+        self._disk = disk
         self.base_index = 0
         self.base_term = 0
         self.entries: list[LogEntry] = []
         self._load()
-        self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the node's life
+        self._file = disk.open_append(self.path)
 
     def _load(self) -> None:
-        if not self.path.exists():
+        if not self._disk.exists(self.path):
             return
-        data = self.path.read_bytes()
+        data = self._disk.read_bytes(self.path)
         pos = 0
         good = 0
         while pos + 4 <= len(data):
@@ -99,9 +82,7 @@ class RaftLog:
             log.warning(
                 "raft log %s: dropping a torn tail of %d bytes", self.path, len(data) - good
             )
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-                os.fsync(f.fileno())
+            self._disk.truncate(self.path, good)
 
     @property
     def last_index(self) -> int:
@@ -141,13 +122,12 @@ class RaftLog:
                 raise ValueError(f"append of index {e.index} after {self.last_index}")
             self.entries.append(e)
             buf += _record(["e", e.to_wire()])
-        self._file.write(buf)
-        self._file.flush()
+        self._file.write(bytes(buf))
         if sync:
-            os.fsync(self._file.fileno())
+            self._file.fsync()
 
     def sync(self) -> None:
-        os.fsync(self._file.fileno())
+        self._file.fsync()
 
     def truncate_from(self, index: int) -> None:
         """Drop entries at ``index`` and after (a conflicting suffix), durably."""
@@ -155,8 +135,7 @@ class RaftLog:
             return
         self._truncate_mem(index)
         self._file.write(_record(["t", index]))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.fsync()
 
     def compact(self, index: int, term: int) -> None:
         """Forget entries up to ``index`` (now covered by a snapshot); rewrite the file."""
@@ -173,8 +152,8 @@ class RaftLog:
         for e in self.entries:
             buf += _record(["e", e.to_wire()])
         self._file.close()
-        atomic_write(self.path, bytes(buf))
-        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._disk.replace_file(self.path, bytes(buf), durable=True)
+        self._file = self._disk.open_append(self.path)
 
     def close(self) -> None:
         self._file.close()
@@ -189,19 +168,21 @@ class HardState:
 class HardStateStore:
     """Current term and vote, written atomically with fsync before any reply depends on them."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: Disk = LOCAL_DISK) -> None:
         self.path = path
+        self._disk = disk
 
     def load(self) -> HardState:
-        if not self.path.exists():
+        if not self._disk.exists(self.path):
             return HardState(0, None)
-        raw = msgpack.unpackb(self.path.read_bytes(), raw=False)
+        raw = msgpack.unpackb(self._disk.read_bytes(self.path), raw=False)
         return HardState(int(raw["term"]), raw.get("voted_for"))
 
     def save(self, state: HardState) -> None:
-        atomic_write(
+        self._disk.replace_file(
             self.path,
             msgpack.packb({"term": state.term, "voted_for": state.voted_for}, use_bin_type=True),
+            durable=True,
         )
 
 
@@ -215,21 +196,23 @@ class Snapshot:
 class SnapshotStore:
     """The latest state machine snapshot, replaced atomically."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: Disk = LOCAL_DISK) -> None:
         self.path = path
+        self._disk = disk
 
     def load(self) -> Snapshot | None:
-        if not self.path.exists():
+        if not self._disk.exists(self.path):
             return None
-        raw = msgpack.unpackb(self.path.read_bytes(), raw=False)
+        raw = msgpack.unpackb(self._disk.read_bytes(self.path), raw=False)
         return Snapshot(int(raw["index"]), int(raw["term"]), bytes(raw["data"]))
 
     def save(self, snap: Snapshot) -> None:
-        atomic_write(
+        self._disk.replace_file(
             self.path,
             msgpack.packb(
                 {"index": snap.index, "term": snap.term, "data": snap.data}, use_bin_type=True
             ),
+            durable=True,
         )
 
 
@@ -239,16 +222,15 @@ class CommitMarker:
     Not fsynced: losing it only delays recovery until the leader repeats the commit index.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: Disk = LOCAL_DISK) -> None:
         self.path = path
+        self._disk = disk
 
     def load(self) -> int:
         try:
-            return int(self.path.read_text().strip() or 0)
+            return int(self._disk.read_bytes(self.path).decode().strip() or 0)
         except (FileNotFoundError, ValueError):
             return 0
 
     def save(self, index: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(str(index))
-        os.replace(tmp, self.path)
+        self._disk.replace_file(self.path, str(index).encode(), durable=False)

@@ -1,0 +1,1 @@
+"""Deterministic simulation: the schemasync cluster in one process, on virtual time."""

@@ -1,0 +1,168 @@
+"""``sweep``: run a scenario in simulation over many seeds until one fails.
+
+Seeds run as child processes (``python -m sim.run``, ``--jobs`` at a time, each with a fixed
+hash seed); this process analyzes each finished run with the checker (one Spark session for
+the whole sweep) and stops at the first seed whose verdict is "anomalies" (exit 1), unless
+``--all``. It prints that seed's verdict and the command that repeats it exactly.
+
+``python -m sim.sweep --scenario FILE --seeds N [--first-seed K] [--budget-s S] [--all]
+[--jobs J] [--store DIR]``; exit 1 if a seed failed, 0 if every seed was valid, 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.exit_codes import EXIT_BAD_INPUT
+from sim.run import HASH_SEED, analyze_dir, options_from_args, options_to_json
+from workloads.scenario import ScenarioError
+
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    exit_code: int
+    run_dir: Path | None
+    anomalies: tuple[str, ...]
+    wall_s: float
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=["sim"], default="sim", help="only sim sweeps")
+    parser.add_argument("--scenario", required=True, help="a scenario TOML file")
+    parser.add_argument("--seeds", type=int, required=True, help="how many seeds to try")
+    parser.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1)")
+    parser.add_argument("--budget-s", type=float, default=None, help="stop after S wall seconds")
+    parser.add_argument("--all", action="store_true", help="do not stop at the first failure")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds simulated in parallel")
+    parser.add_argument("--store", default="store", help="where run directories go")
+    parser.add_argument("--time-limit", type=float, default=None, help="virtual seconds per run")
+
+
+def add_sweep_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``sweep`` on a CLI's subparsers; the parsed args go to ``run_sweep_args``."""
+    parser = subparsers.add_parser(
+        "sweep", help="seeds of a scenario in simulation until one fails"
+    )
+    add_sweep_arguments(parser)
+    return parser
+
+
+def repro_command(scenario: str, seed: int, time_limit: float | None) -> str:
+    cmd = [".venv/bin/python", "-m", "sim.run", "--scenario", scenario, "--seed", str(seed)]
+    if time_limit is not None:
+        cmd += ["--time-limit", str(time_limit)]
+    return shlex.join(cmd)
+
+
+def _start(args: argparse.Namespace, seed: int) -> subprocess.Popen[str]:
+    ns = argparse.Namespace(**{**vars(args), "seed": seed, "no_analyze": True})
+    payload = options_to_json(options_from_args(ns))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim.run", "--options-json", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(payload))
+    proc.stdin.close()
+    return proc
+
+
+def _finish(proc: subprocess.Popen[str], seed: int, began: float) -> SeedResult:
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return SeedResult(seed, 2, None, (), time.monotonic() - began)
+    info = json.loads(lines[-1])
+    run_dir = Path(info["run_dir"])
+    code = int(info["exit_code"])
+    if code == 0:
+        code = analyze_dir(run_dir)
+    anomalies: tuple[str, ...] = ()
+    results = run_dir / "results.json"
+    if results.exists():
+        data = json.loads(results.read_text())
+        anomalies = tuple(sorted({str(a.get("class")) for a in data.get("anomalies", [])}))
+    return SeedResult(seed, code, run_dir, anomalies, time.monotonic() - began)
+
+
+def sweep(args: argparse.Namespace) -> list[SeedResult]:
+    if args.seeds < 1 or args.jobs < 1:
+        raise ValueError("--seeds and --jobs must be at least 1")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    started = time.monotonic()
+    running: dict[int, tuple[subprocess.Popen[str], float]] = {}
+    results: list[SeedResult] = []
+    stop = False
+    while (seeds or running) and not stop:
+        over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
+        while seeds and len(running) < args.jobs and not over_budget:
+            seed = seeds.pop(0)
+            running[seed] = (_start(args, seed), time.monotonic())
+        if not running:
+            break
+        done = [s for s, (p, _) in running.items() if p.poll() is not None]
+        if not done:
+            time.sleep(POLL_S)
+            continue
+        for seed in sorted(done):
+            proc, began = running.pop(seed)
+            result = _finish(proc, seed, began)
+            results.append(result)
+            verdict = {0: "valid", 1: "ANOMALIES", 2: "unknown"}.get(result.exit_code, "?")
+            print(
+                f"seed {seed}: {verdict} {list(result.anomalies) or ''} "
+                f"({result.wall_s:.1f} s) {result.run_dir or ''}",
+                flush=True,
+            )
+            if result.exit_code == 1 and not args.all:
+                stop = True
+    for proc, _ in running.values():  # only our own children, by their Popen handle
+        proc.kill()
+        proc.wait()
+    return results
+
+
+def run_sweep_args(args: argparse.Namespace) -> int:
+    try:
+        results = sweep(args)
+    except (ScenarioError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    failed = sorted((r for r in results if r.exit_code == 1), key=lambda r: r.seed)
+    valid = sum(1 for r in results if r.exit_code == 0)
+    print(f"{len(results)} seeds: {valid} valid, {len(failed)} with anomalies")
+    if failed:
+        first = failed[0]
+        print(f"first failing seed: {first.seed}: anomalies {list(first.anomalies)}")
+        print(f"run dir: {first.run_dir}")
+        print(f"repro: {repro_command(args.scenario, first.seed, args.time_limit)}")
+        return 1
+    return 0 if valid == len(results) and results else 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__)
+    add_sweep_arguments(parser)
+    return run_sweep_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

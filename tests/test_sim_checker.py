@@ -1,0 +1,54 @@
+"""Sim runs judged by the real checker: a 5-node baseline without faults is valid over 60
+virtual seconds, and a sweep over a bug toggle's scenario stops at a seed with its anomaly and
+prints the command that repeats it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.run import RunOptions
+from sim.run import analyze_dir, run_sim
+from sim.sweep import main as sweep_main
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[1]
+TOGGLE_SCENARIO = REPO / "scenarios" / "no-safe-time-wait.toml"
+
+
+def test_baseline_without_faults_is_valid(tmp_path: Path) -> None:
+    opts = RunOptions(
+        backend="sim",
+        nodes=5,
+        voters=3,
+        time_limit_s=60,
+        concurrency=10,
+        seed=1,
+        store=tmp_path,
+        idle_safe_time_interval_ms=200,
+        test_name="sim-baseline",
+        workload_options={"ddl_interval_s": 0.7, "probe_processes": 3},
+    )
+    out = run_sim(opts, analyze=False)
+    assert out.exit_code == 0
+    assert out.stats["virtual_s"] >= 60
+    assert out.stats["faults_run"] == {}
+    assert analyze_dir(out.run_dir) == 0
+    results = json.loads((out.run_dir / "results.json").read_text())
+    assert results["valid"] is True
+
+
+def test_sweep_stops_at_the_first_failing_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = sweep_main(
+        ["--scenario", str(TOGGLE_SCENARIO), "--seeds", "3", "--store", str(tmp_path)]
+    )
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "first failing seed: " in out
+    assert "repro: .venv/bin/python -m sim.run --scenario" in out
+    assert "with anomalies" in out

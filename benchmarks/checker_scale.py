@@ -10,6 +10,14 @@ valid: true) and are kept in --dir between runs. "first" is the whole pipeline f
 copy. "growth" is the exponent k of time ~ events^k between one size and the previous (1 is
 linear). Targets (issue 7): >= 200,000 events/s at 10^7, growth at most n log n, again <= 3x
 the bare scan.
+
+    python benchmarks/checker_scale.py --ratios RUN_DIR [--spark-remote sc://HOST:15002]
+
+prints issue 20's ratios, one measurement each, every cold one in a fresh process (a JVM start
+included): a cold `python -m checker` of RUN_DIR (a real run of ~10^4 events) against a bare
+session start + JSON read + count of its history; the same run through a warm Spark Connect
+session; 20 copies of it in one `analyze_runs` against one cold; and a synthetic foreign JSONL
+of --foreign-events (10^6) analyzed cold against a bare inferred JSON scan + count.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,14 +83,82 @@ def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
     }
 
 
+def _timed(code: str, *args: str) -> float:
+    """Wall seconds of `python -c code args...` in a fresh process (a cold JVM)."""
+    start = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", code, *args],
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.monotonic() - start
+
+
+ANALYZE = (
+    "import sys; from pathlib import Path; from checker.analyze import analyze_runs; "
+    "analyze_runs([Path(p) for p in sys.argv[2:]], sys.argv[1])"
+)
+BARE = (
+    "import sys; from checker.session import build_session; s = build_session(sys.argv[1]); "
+    "s.read.json(sys.argv[2]).count(); s.stop()"
+)
+
+
+def _fresh(run: Path, dest: Path) -> Path:
+    """A copy of `run` without the checker's own cache (a first analysis)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns(PARQUET_DIR, "results.json", "nodes"))
+    return dest
+
+
+def ratios(run: Path, work: Path, master: str, remote: str | None, foreign: int) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    cold = _timed(ANALYZE, master, str(_fresh(run, work / "cold")))
+    bare = _timed(BARE, master, str(run / "history.jsonl"))
+    print(f"cold analyze {cold:.1f} s / bare session+read+count {bare:.1f} s = {cold / bare:.2f}x"
+          " (target <= 1.5x)", flush=True)  # fmt: skip
+    if remote is not None:
+        spark = build_session(remote=remote, shuffle_partitions=2)
+        analyze_run(_fresh(run, work / "warmup"), spark=spark)
+        start = time.monotonic()
+        analyze_run(_fresh(run, work / "warm"), spark=spark)
+        warm = time.monotonic() - start
+        spark.stop()
+        print(f"warm through Spark Connect {warm:.2f} s (target <= 2 s)", flush=True)
+    copies = [str(_fresh(run, work / f"batch-{i:02d}")) for i in range(20)]
+    batch = _timed(ANALYZE, master, *copies)
+    print(f"batch of 20 {batch:.1f} s / one cold {cold:.1f} s = {batch / cold:.2f}x"
+          " (target <= 3x)", flush=True)  # fmt: skip
+    if foreign:
+        synth = work / f"foreign-{foreign}"
+        if not (synth / "history.jsonl").exists():
+            generate_run(synth, seed=foreign, events=foreign)
+        shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
+        first = _timed(ANALYZE, master, str(synth))
+        scan = _timed(BARE, master, str(synth / "history.jsonl"))
+        print(f"{foreign} foreign JSONL events: analyze {first:.1f} s / bare inferred scan+count"
+              f" {scan:.1f} s = {first / scan:.2f}x (target <= 3x)", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ratios", type=Path, default=None, help="a real run directory")
+    parser.add_argument("--spark-remote", default=None, help="sc://HOST:15002 for the warm ratio")
+    parser.add_argument("--foreign-events", type=int, default=1_000_000)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/checker-bench"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="6g", help="Spark driver heap (local mode)")
     args = parser.parse_args()
     os.environ["CHECKER_DRIVER_MEMORY"] = args.driver_memory
+    if args.ratios is not None:
+        if not (args.ratios / "history.jsonl").is_file():
+            parser.error(f"--ratios: no history.jsonl in {args.ratios}")
+        ratios(args.ratios, args.dir / "ratios", args.master, args.spark_remote,
+               args.foreign_events)  # fmt: skip
+        return
     spark = build_session(args.master, shuffle_partitions=8)
     rows: list[dict[str, Any]] = []
     for size in args.sizes:

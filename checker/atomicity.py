@@ -114,7 +114,8 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
         .distinct()
     )
-    bad_keys, n_bad = bounded_broadcast(bad_keys)
+    n_bad = frames.known().off_ok
+    bad_keys = bounded_broadcast(bad_keys, n_bad)
     if n_bad == 0:
         return no_anomalies(frames.events.sparkSession)
     parts = frames.participants.where(F.col("type") == "ok").join(

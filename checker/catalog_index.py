@@ -14,19 +14,19 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.forward_compat import first_incompatible
+from checker.local_frames import local_frame
 from checker.sql_types import column_type
 
 MAX_TS = (1 << 63) - 1
 BUCKETS = 2048
 MAX_LOOKUP_ROWS = 200_000
-ARROW_MIN_ROWS = 5_000  # catalog frames at least this long cross from Python through Arrow
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class IntervalLookup:
             T.StructField("_hi", T.LongType()),
             *(T.StructField(n, t) for n, t in payload_schema),
         ]
-        self.frame = _frame(spark, rows, T.StructType(fields))
+        self.frame = local_frame(spark, rows, T.StructType(fields))
         self.payload_names = [n for n, _ in payload_schema]
 
     def _bucket_py(self, x: int) -> int:
@@ -334,7 +334,7 @@ class CatalogIndex:
             for d in self.lines
         ]
         schema = "catalog_version long, activation_ts long, safe_ts long, delay_ms long, ddl string"
-        return _frame(self.spark, rows, schema)
+        return local_frame(self.spark, rows, schema)
 
     def table_rows(self) -> list[TableAt]:
         return [
@@ -364,7 +364,7 @@ class CatalogIndex:
             "catalog_version long, table string, table_id long, schema_version long, "
             "since_ts long, col_names array<string>"
         )
-        return _frame(self.spark, rows, schema)
+        return local_frame(self.spark, rows, schema)
 
     def _schemas_frame(self) -> DataFrame:
         """One row per (table id, schema version): its columns by name (-> column id), by id
@@ -409,7 +409,7 @@ class CatalogIndex:
             "table_id long, schema_version long, col_ids map<string, long>, "
             "col_names map<long, string>, fills map<long, struct<at: long, text: string>>"
         )
-        return _frame(self.spark, rows, schema)
+        return local_frame(self.spark, rows, schema)
 
     def _columns_frame(self) -> DataFrame:
         """One row per column of each (table id, schema version): a schema is the same in
@@ -455,7 +455,7 @@ class CatalogIndex:
             "col_type string, base string, length long, prec long, scale long, "
             "nullable boolean, has_default boolean, default_text string"
         )
-        return _frame(self.spark, rows, schema)
+        return local_frame(self.spark, rows, schema)
 
     def _indexes_frame(self) -> DataFrame:
         rows = [
@@ -467,7 +467,7 @@ class CatalogIndex:
             "catalog_version long, table string, index string, index_columns array<string>, "
             "state string"
         )
-        return _frame(self.spark, rows, schema)
+        return local_frame(self.spark, rows, schema)
 
     def incompatible_step_rows(self) -> list[tuple[int, int, str]]:
         """(table_id, version v, why) for every step v-1 -> v not forward compatible."""
@@ -490,30 +490,11 @@ class CatalogIndex:
         steps: dict[int, list[tuple[int, str]]] = {}
         for tid, version, why in self._steps:
             steps.setdefault(tid, []).append((version, why))
-        return _frame(
+        return local_frame(
             self.spark,
             [(tid, sorted(s)) for tid, s in steps.items()],
             "table_id long, steps array<struct<step_version: long, why: string>>",
         )
-
-
-def _frame(spark: SparkSession, rows: list[Any], schema: str | T.StructType) -> DataFrame:
-    """A frame from rows the checker built itself. Many rows cross as one Arrow table: PySpark's
-    row-by-row conversion would cost more than the rest of the catalog index on a long run
-    (tens of thousands of catalog versions)."""
-    parsed = schema if isinstance(schema, T.StructType) else T._parse_datatype_string(schema)
-    struct = cast(T.StructType, parsed)
-    if len(rows) < ARROW_MIN_ROWS:
-        return spark.createDataFrame(rows, struct, verifySchema=False)
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow = to_arrow_schema(struct)
-    columns = zip(*rows, strict=True) if rows else ([] for _ in arrow)
-    table = pa.Table.from_arrays(
-        [pa.array(list(c), type=f.type) for f, c in zip(arrow, columns, strict=True)], schema=arrow
-    )
-    return spark.createDataFrame(table)
 
 
 def catalog_json(line: dict[str, Any]) -> str:

@@ -1,4 +1,6 @@
-"""`python -m checker RUN_DIR [--spark-master URL]`: analyze a run, exit with its verdict code.
+"""`python -m checker RUN_DIR [--spark-master URL | --spark-remote URL]`: analyze a run.
+
+The exit code is the verdict's.
 
 Exit codes are Jepsen's (anomalies.md "Verdict"): 0 valid, 1 anomalies, 2 unknown (including a
 history that breaks the contract), 130 interrupted (Ctrl-C), 254 bad arguments or a RUN_DIR
@@ -28,9 +30,17 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="checker", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory (history.md contract)")
-    parser.add_argument("--spark-master", default="local[*]", help="any Spark master URL")
+    engine = parser.add_mutually_exclusive_group()
+    engine.add_argument("--spark-master", default="local[*]", help="any Spark master URL")
+    engine.add_argument(
+        "--spark-remote", default=None, help="a Spark Connect server (sc://HOST:15002)"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the verdict line")
     args = parser.parse_args(argv)
+    if args.spark_remote is not None and not args.spark_remote.startswith("sc://"):
+        parser.error(
+            f"--spark-remote: not a Spark Connect URL (sc://HOST:PORT): {args.spark_remote}"
+        )
     if not args.run_dir.is_dir():
         why = "not a directory" if args.run_dir.exists() else "not found"
         print(f"checker: RUN_DIR: {why}: {args.run_dir}", file=sys.stderr)
@@ -38,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from checker.analyze import analyze_run, exit_code
 
-        results = analyze_run(args.run_dir, args.spark_master)
+        results = analyze_run(args.run_dir, args.spark_master, spark_remote=args.spark_remote)
     except KeyboardInterrupt:
         print("checker: interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -40,28 +40,14 @@ def check_completeness(
 ) -> Completeness:
     """Everything "A complete history" requires, each missing part as one sentence."""
     errors: list[str] = []
+    facts = frames.known()
     open_invokes = _open_invokes(frames)
     if open_invokes:
         errors.append(open_invokes)
-    errors.extend(unhealed_faults(frames.nemesis.select("index", "f").collect()))
+    errors.extend(unhealed_faults(facts.nemesis))
     written = _written_tables(frames)
-    reads = (
-        frames.events.where(F.col("f") == FINAL_READ)
-        .where(F.col("type") != "invoke")
-        .where(F.col("process").rlike(CLIENT_PROCESS))
-        .select(
-            "index",
-            "type",
-            "node",
-            F.col("value.table").alias("table"),
-            F.col("value.index").alias("index_name"),
-            F.col("error.code").alias("code"),
-        )
-        .collect()
-    )
-    missing, undecided = missing_final_reads(
-        written, [r.asDict() for r in reads], final_catalog, all_catalogs
-    )
+    reads = facts.final_reads
+    missing, undecided = missing_final_reads(written, reads, final_catalog, all_catalogs)
     errors.extend(missing)
     nodes: dict[str, set[str]] = {}
     for r in reads:
@@ -77,12 +63,12 @@ def _open_invokes(frames: RunFrames) -> str | None:
     Each paired completion closes exactly the invoke just before it in its process, so the
     invokes without one are counted by subtraction; only a history that has some pays for the
     join that finds the last of them."""
-    client = frames.events.where(F.col("process").rlike(CLIENT_PROCESS))
-    invokes = client.where(F.col("type") == "invoke")
-    n_invokes = invokes.count()
-    n_closed = frames.completions.count()
+    facts = frames.known()
+    n_invokes, n_closed = facts.invokes, facts.closed
     if n_invokes <= n_closed:
         return None
+    client = frames.events.where(F.col("process").rlike(CLIENT_PROCESS))
+    invokes = client.where(F.col("type") == "invoke")
     closed = frames.completions.select(F.col("invoke_index").alias("_ci"))
     row = (
         invokes.join(closed, F.col("index") == F.col("_ci"), "left_anti")
@@ -124,12 +110,11 @@ def unhealed_faults(events: Iterable[Any]) -> list[str]:
 
 def _written_tables(frames: RunFrames) -> set[str]:
     """Tables that an ok txn wrote, or that a txn of unknown outcome (info) meant to write."""
-    ok = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d")).select("table")
-    tables = {str(r["table"]) for r in ok.distinct().collect() if r["table"]}
+    facts = frames.known()
+    tables = set(facts.written_ok)
     # Unknown outcomes are rare: their invokes are looked up by index, and only if there are any
     # (a scan of every invoke's ops costs seconds at 10^6 events).
-    info_txns = frames.txns.where(F.col("type") == "info").select("invoke_index")
-    info = [int(r[0]) for r in info_txns.collect()]
+    info = list(facts.info_txn_invokes)
     if info:
         maybe: DataFrame = (
             frames.events.where(F.col("index").isin(info))

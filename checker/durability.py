@@ -200,7 +200,7 @@ def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
     )
     # Unknown outcomes are rare (a timeout, a lost reply): their invokes are picked out by a
     # broadcast, unless a run has so many that a shuffle is the safer way.
-    info, _ = bounded_broadcast(info)
+    info = bounded_broadcast(info, len(frames.known().info_txn_invokes))
     picked = invokes.join(info, F.col("index") == F.col("_ii"), "left_semi")
     return (
         picked.select(F.explode("value.ops").alias("o"))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checker.local_frames import local_frame
+
 ANOMALY_SCHEMA = "class string, events array<bigint>, nodes array<string>, explanation string"
 
 
@@ -40,7 +42,7 @@ def sentence(*parts: str | Column) -> Column:
 
 def no_anomalies(spark: SparkSession) -> DataFrame:
     """An empty frame of anomalies (a check that knows early it has nothing to report)."""
-    return spark.createDataFrame([], ANOMALY_SCHEMA)
+    return local_frame(spark, [], ANOMALY_SCHEMA)
 
 
 def anomalies(

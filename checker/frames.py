@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
+from checker.facts import RunFacts
 from checker.ingest import CLIENT_PROCESS
 
 SCHEMA_ERRORS = (
@@ -33,6 +34,7 @@ class RunFrames:
     """Frames of one run; every column name is stable and documented in the builder."""
 
     events: DataFrame
+    all_completions: DataFrame  # paired or not (`paired` says)
     completions: DataFrame
     unpaired: DataFrame
     txns: DataFrame
@@ -46,6 +48,14 @@ class RunFrames:
     index_reads: DataFrame
     nemesis: DataFrame
     persisted: tuple[DataFrame, ...]
+    # the driver-side facts (checker.run_facts.with_facts), once collected
+    facts: RunFacts | None = None
+
+    def known(self) -> RunFacts:
+        """The collected facts; a check that needs them runs after with_facts."""
+        if self.facts is None:
+            raise RuntimeError("the run's facts were not collected (checker.run_facts)")
+        return self.facts
 
 
 # A side of a join derived from the history is broadcast up to this many rows, shuffled beyond
@@ -53,11 +63,10 @@ class RunFrames:
 MAX_BROADCAST_ROWS = 100_000
 
 
-def bounded_broadcast(df: DataFrame) -> tuple[DataFrame, int]:
-    """`df` hinted for broadcast if it has at most MAX_BROADCAST_ROWS rows, and its row count
-    (capped at MAX_BROADCAST_ROWS + 1); counting runs a job, so a caller may stop at 0."""
-    n = df.limit(MAX_BROADCAST_ROWS + 1).count()
-    return (F.broadcast(df) if n <= MAX_BROADCAST_ROWS else df), n
+def bounded_broadcast(df: DataFrame, rows: int) -> DataFrame:
+    """`df` hinted for broadcast if `rows` (its row count, known in the driver from the run's
+    facts) is at most MAX_BROADCAST_ROWS; shuffled beyond."""
+    return F.broadcast(df) if rows <= MAX_BROADCAST_ROWS else df
 
 
 def _light(client: DataFrame) -> DataFrame:
@@ -318,6 +327,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     nemesis = events.where(F.col("process") == "nemesis").select("index", "time", "f", "value_json")
     return RunFrames(
         events=events,
+        all_completions=all_completions,
         completions=completions,
         unpaired=unpaired,
         txns=txns,

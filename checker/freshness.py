@@ -24,18 +24,14 @@ ACK_PAYLOAD = [
 
 def ack_lookup(frames: RunFrames, cat: CatalogIndex) -> IntervalLookup:
     """Intervals of invoke time (A, next A] -> the greatest acknowledged version before it."""
-    acks = (
-        frames.ddls.select("index", "time", "catalog_version", "stmt")
-        .orderBy("time", "index")
-        .collect()
-    )
+    acks = sorted(frames.known().acks, key=lambda a: (a.time, a.index))
     intervals = []
     best: tuple[int, int, int, str] | None = None
     for i, a in enumerate(acks):
-        if best is None or int(a["catalog_version"]) > best[0]:
-            best = (int(a["catalog_version"]), int(a["index"]), int(a["time"]), str(a["stmt"]))
-        nxt = int(acks[i + 1]["time"]) + 1 if i + 1 < len(acks) else MAX_TS
-        intervals.append(Interval(int(a["time"]) + 1, nxt, best))
+        if best is None or a.catalog_version > best[0]:
+            best = (a.catalog_version, a.index, a.time, str(a.stmt))
+        nxt = acks[i + 1].time + 1 if i + 1 < len(acks) else MAX_TS
+        intervals.append(Interval(a.time + 1, nxt, best))
     return IntervalLookup(cat.spark, intervals, ACK_PAYLOAD)
 
 

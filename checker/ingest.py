@@ -5,6 +5,11 @@ wrong type is null, not the whole line), written to `history.parquet/` with a pe
 column, and validated by aggregating that column, so a re-analysis reads Parquet only.
 Polymorphic fields (rows, results) stay raw JSON strings and are parsed where a check needs
 them; a nemesis event's value is kept as its JSON text alone.
+
+Our own controller also writes the events typed (`history.columnar.parquet`, see the recorder):
+when that copy is complete (its footer counts every event of history.jsonl, byte for byte) it is
+read instead of the JSON, with the same per-line checks; a torn or partial copy (a killed
+controller) is ignored and the JSONL is parsed as for any foreign history.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from pyspark.sql import types as T
 from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, validate_history_file
 
 PARQUET_DIR = "history.parquet"
+COLUMNAR_FILE = "history.columnar.parquet"
+# footer keys of the recorder's copy (workloads.history writes them when it closes)
+META_EVENTS = b"schemachaos.events"
+META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 FORMAT_VERSION = 4
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
@@ -95,6 +104,12 @@ LINE_SCHEMA = _struct(
 )
 
 
+# the recorder's columns: the parsed line without its parse-error column
+COLUMNAR_SCHEMA = T.StructType([f for f in LINE_SCHEMA.fields if f.name != CORRUPT]).add(
+    "value_json", S
+)
+
+
 @dataclass(frozen=True)
 class Ingested:
     """The validated events of one run and what validation noticed."""
@@ -120,7 +135,12 @@ def ingest_history(
     stamp_file = parquet / SOURCE_STAMP
     cached = stamp_file.exists() and _stamp_matches(stamp_file, stamp)
     truncated = False
-    if not cached:
+    columnar = not cached and columnar_complete(run_dir / COLUMNAR_FILE, stat.st_size)
+    if columnar:
+        if parquet.exists():
+            shutil.rmtree(parquet)
+        _read_columnar(spark, run_dir / COLUMNAR_FILE).write.mode("overwrite").parquet(str(parquet))
+    elif not cached:
         if parquet.exists():
             shutil.rmtree(parquet)
         # The full JSON Schema check of a small history runs in Python beside Spark's parse (the
@@ -148,7 +168,15 @@ def ingest_history(
             shutil.rmtree(parquet, ignore_errors=True)
             raise
         stamp_file.write_text(
-            json.dumps({**stamp, "count": count, "truncated_tail": truncated}), "utf-8"
+            json.dumps(
+                {
+                    **stamp,
+                    "count": count,
+                    "truncated_tail": truncated,
+                    "from": COLUMNAR_FILE if columnar else "history.jsonl",
+                }
+            ),
+            "utf-8",
         )
     events = raw.where(F.col("_problem").isNull()).drop("_problem", "_pid", "_pos")
     return Ingested(events, count, truncated, parquet)
@@ -162,17 +190,57 @@ def _stamp_matches(stamp_file: Path, stamp: dict[str, int]) -> bool:
     return all(saved.get(k) == v for k, v in stamp.items())
 
 
+def columnar_complete(path: Path, jsonl_bytes: int) -> bool:
+    """Whether the recorder's copy at `path` is whole: a readable footer that counts as many
+    events as its rows and names history.jsonl's current size (a killed controller leaves no
+    footer; an appended or edited JSONL no longer matches)."""
+    if not path.exists():
+        return False
+    import pyarrow.parquet as pq  # only our own runs have the copy
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+        kv = meta.metadata or {}
+        return int(kv[META_EVENTS]) == meta.num_rows and int(kv[META_JSONL_BYTES]) == jsonl_bytes
+    except (OSError, KeyError, ValueError):  # pyarrow.ArrowInvalid is a ValueError
+        return False
+
+
+def _position() -> tuple[Column, Column]:
+    """(partition id, position in the partition): the line order, for the order check."""
+    pid = F.spark_partition_id()
+    mid = F.monotonically_increasing_id()
+    return pid.alias("_pid"), (mid - F.shiftleft(pid.cast("long"), 33)).alias("_pos")
+
+
+def _read_columnar(spark: SparkSession, path: Path) -> DataFrame:
+    """The recorder's typed events in the shape _parse_lines gives (nothing to parse)."""
+    df = spark.read.schema(COLUMNAR_SCHEMA).parquet(str(path))
+    names = [f.name for f in LINE_SCHEMA.fields if f.name != CORRUPT]
+    e = F.struct(*(F.col(n) for n in names), F.lit(None).cast(S).alias(CORRUPT))
+    pid, pos = _position()
+    is_client = F.col("process").rlike(CLIENT_PROCESS)
+    return _typed(
+        df.select(
+            e.alias("e"),
+            pid,
+            pos,
+            F.when(is_client, F.col("value")).alias("v"),
+            F.when(~is_client, F.col("value_json")).alias("value_json"),
+        )
+    )
+
+
 def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
     text = spark.read.text(str(source))
-    mid = F.monotonically_increasing_id()
-    pid = F.spark_partition_id()
+    pid, pos = _position()
     parsed = text.select(
         F.from_json(
             "value", LINE_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
         ).alias("e"),
         "value",
-        pid.alias("_pid"),
-        (mid - F.shiftleft(pid.cast("long"), 33)).alias("_pos"),
+        pid,
+        pos,
     )
     is_client = F.col("e.process").rlike(CLIENT_PROCESS)
     # The parsed line is its own projection: the problem column reads the parsed struct (the
@@ -184,6 +252,11 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
         F.when(is_client, F.col("e.value")).alias("v"),
         F.when(~is_client, F.get_json_object("value", "$.value")).alias("value_json"),
     )
+    return _typed(with_value)
+
+
+def _typed(with_value: DataFrame) -> DataFrame:
+    """The event columns and the problem of each line, from the parsed struct `e`."""
     return with_value.select(
         F.col("e.index").alias("index"),
         F.col("e.time").alias("time"),

@@ -1,15 +1,42 @@
 """The one SparkSession of an analysis: quiet, no UI, few shuffle partitions for small runs.
 
 The caller owns it (tests share one; the CLI makes one and stops it), so every function of the
-checker takes a session rather than making its own.
+checker takes a session rather than making its own. Three kinds of engine:
+- `local[n]` (the default): the driver and executors in one JVM bound to loopback;
+- `spark://HOST:7077`, a standalone cluster: the driver binds every interface and advertises
+  the address this machine uses to reach HOST, so executors elsewhere can call back;
+- `sc://HOST:15002`, a Spark Connect server: no JVM here at all (a warm engine); the checker
+  uses only the DataFrame API, which Connect serves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
+
+# SQL settings of every analysis, set at runtime so that a Connect session gets them too
+RUNTIME_CONF = {
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    # Only the small catalog frames are broadcast, by explicit hints: an automatic broadcast
+    # of a side estimated small (an exploded final read) ran out of driver memory at 10^6.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    # a field of the wrong type nulls that field, not the whole event (checker.ingest)
+    "spark.sql.json.enablePartialResults": "true",
+    # The cached frames (paired completions, ops, participants) are built once and read a
+    # few times: compressing them cost more than it saved (ops at 10^7: 35 s -> 24 s).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # One Parquet file of the ingest per task, so a scan ends with both cores busy rather
+    # than one finishing a 128 MB split alone (ops at 10^7: 24 s -> 19 s).
+    "spark.sql.files.maxPartitionBytes": "32m",
+}
 
 
 def driver_memory() -> str:
@@ -23,35 +50,110 @@ def driver_memory() -> str:
     return f"{max(2, min(8, total // 3 // 2**30))}g"
 
 
-def build_session(master: str = "local[*]", shuffle_partitions: int = 4) -> SparkSession:
-    """A SparkSession for `master` (any URL: local[n], local-cluster[...], spark://...)."""
-    # Executors started by local-cluster or a standalone master run the same Python as us.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def reachable_address(host: str, port: int) -> str:
+    """The local address this machine sends from to reach host:port (no packet is sent: a
+    UDP connect only picks the route), for a driver that executors on `host` must call."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        return str(probe.getsockname()[0])
+
+
+def build_session(
+    master: str = "local[*]", shuffle_partitions: int = 4, *, remote: str | None = None
+) -> SparkSession:
+    """A SparkSession for `master` (local[n], local-cluster[...], spark://...) or, when
+    `remote` (sc://HOST:PORT) is given, a Spark Connect session on that server."""
+    if remote is not None:
+        if not remote.startswith("sc://"):
+            raise ValueError(
+                f"--spark-remote: {remote!r} is not a Spark Connect URL (sc://HOST:PORT)"
+            )
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        for key, value in {
+            **RUNTIME_CONF,
+            "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        }.items():
+            spark.conf.set(key, value)
+        return spark
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # pyspark names the executors' Python from this variable when the context starts: ours for
+    # executors on this machine (local, local-cluster), the workers' own for a standalone
+    # cluster (the image of `spark up` has python3 with the same pyspark)
+    os.environ["PYSPARK_PYTHON"] = (
+        os.environ.get("CHECKER_WORKER_PYTHON", "python3")
+        if master.startswith("spark://")
+        else sys.executable
+    )
+    if master.startswith("spark://"):
+        first = urlsplit(master.split(",")[0])  # HA masters: spark://h1:7077,h2:7077
+        host = reachable_address(first.hostname or "127.0.0.1", first.port or 7077)
+        bind = "0.0.0.0"
+        # half a worker of `schemachaos spark up` (the Connect server may hold the other half)
+        executor_memory = os.environ.get("CHECKER_EXECUTOR_MEMORY", "900m")
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        host = bind = "127.0.0.1"
+        executor_memory = None
     builder = (
         SparkSession.builder.master(master)
         .appName("schemachaos-checker")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", host)
+        .config("spark.driver.bindAddress", bind)
         .config("spark.driver.memory", os.environ.get("CHECKER_DRIVER_MEMORY", driver_memory()))
-        # Only the small catalog frames are broadcast, by explicit hints: an automatic broadcast
-        # of a side estimated small (an exploded final read) ran out of driver memory at 10^6.
-        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
-        # a field of the wrong type nulls that field, not the whole event (checker.ingest)
-        .config("spark.sql.json.enablePartialResults", "true")
-        # The cached frames (paired completions, ops, participants) are built once and read a
-        # few times: compressing them cost more than it saved (ops at 10^7: 35 s -> 24 s).
-        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        # One Parquet file of the ingest per task, so a scan ends with both cores busy rather
-        # than one finishing a 128 MB split alone (ops at 10^7: 24 s -> 19 s).
-        .config("spark.sql.files.maxPartitionBytes", "32m")
+        # pyspark 4 records the Python call site of every DataFrame function for its error
+        # messages: four py4j round trips per F.col, a third of a small run's analysis (a
+        # static setting, so a Connect session, where it costs no round trip, keeps it)
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
-    spark = builder.getOrCreate()
+    for key, value in RUNTIME_CONF.items():
+        builder = builder.config(key, value)
+    if executor_memory is not None:
+        builder = builder.config("spark.executor.memory", executor_memory)
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        # Ctrl-C (or a failure) while the JVM starts: a gateway already launched would outlive
+        # us as an orphan holding gigabytes, so it is shut down and killed before re-raising.
+        _kill_partial_jvm()
+        raise
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _spark_children() -> list[int]:
+    """Our child processes that are a Spark driver JVM (Linux /proc; none elsewhere): one
+    launched but not yet handed to pyspark when Ctrl-C came is known only to the kernel."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+            if int(fields.get("PPid", "0").strip()) != os.getpid():
+                continue
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+            found.append(int(status.parent.name))
+    return found
+
+
+def _kill_partial_jvm() -> None:
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    for pid in _spark_children():  # the gateway's JVM, or one not yet handed to pyspark
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.catalog_index import Interval, IntervalLookup
 from checker.frames import SCHEMA_ERRORS, RunFrames
-from checker.ingest import CLIENT_PROCESS
 
 QUANTILES = [0.5, 0.9, 0.99]
 MAX_SERIES = 5000
@@ -30,6 +30,31 @@ class StatsOptions:
 
     ddl_window_s: float = 1.0
     unavailable_after_s: float = 2.0
+
+
+# The statistics are one union of tagged rows, collected once (one Spark job, not one per
+# statistic): each kind fills the columns it needs and leaves the rest null.
+_STAT_COLUMNS = (
+    ("kind", "string"),
+    ("k", "bigint"),
+    ("s1", "string"),
+    ("s2", "string"),
+    ("s3", "string"),
+    ("n", "bigint"),
+    ("n2", "bigint"),
+    ("d1", "double"),
+    ("d2", "double"),
+    ("d3", "double"),
+    ("q1", "array<double>"),
+    ("q2", "array<double>"),
+)
+
+
+def _tagged(df: DataFrame, kind: str, **cols: Column) -> DataFrame:
+    out = [F.lit(kind).alias("kind")]
+    for name, typ in _STAT_COLUMNS[1:]:
+        out.append((cols[name] if name in cols else F.lit(None)).cast(typ).alias(name))
+    return df.select(*out)
 
 
 def compute_stats(
@@ -44,51 +69,72 @@ def compute_stats(
     floor_ms = int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0))
     # The workload runs from the first client invoke to the last completion before the final
     # reads: setup before it and the final phase after it are not downtime.
-    client = F.col("process").rlike(CLIENT_PROCESS)
-    done = F.col("type").isin("ok", "fail", "info") & (F.col("f") != "final-read")
-    span = frames.events.agg(
-        F.max("time").alias("end"),
-        F.min(F.when((F.col("type") == "invoke") & client, F.col("time"))).alias("start"),
-        F.max(F.when(done & client, F.col("time"))).alias("workload_end"),
-    ).first()
-    end_time = int(span["end"] or 0) if span is not None else 0
-    start = int(span["start"] or 0) if span is not None else 0
-    workload_end = int(span["workload_end"] or end_time) if span is not None else end_time
+    facts = frames.known()
+    end_time = facts.end_time
+    start = facts.workload_start or 0
+    workload_end = facts.workload_end or end_time
     out: dict[str, Any] = {
         "duration_s": end_time / 1e9,
         "workload_start_s": start / 1e9,
         "workload_end_s": workload_end / 1e9,
         "workload_duration_s": (workload_end - start) / 1e9,
     }
-    out.update(_outcomes(frames))
-    out["latency"] = _latency(frames, floor_ms)
-    out["ddl_windows"] = _ddl_windows(frames, run, options)
+    windows, windows_frame = _nemesis_window_spans(frames, spark, end_time)
+    ddl, ddl_frame = _ddl_window_spans(frames, run, options)
+    parts = [
+        _outcomes_frame(frames),
+        _latency_frame(frames, floor_ms),
+        _safe_time_waits_frame(frames),
+        _unavailability_frame(frames, options),
+    ]
     if ack_lookup is not None:
-        out["schema_lag"] = _schema_lag(frames, ack_lookup)
-    out["safe_time_waits"] = _safe_time_waits(frames)
+        parts.append(_schema_lag_frame(frames, ack_lookup))
+    parts.extend(f for f in (ddl_frame, windows_frame) if f is not None)
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    rows: dict[str, list[Any]] = {}
+    for r in union.collect():
+        rows.setdefault(str(r["kind"]), []).append(r)
+    out.update(_outcomes(rows.get("outcome", [])))
+    out["latency"] = _latency(rows.get("latency", []), floor_ms)
+    out["ddl_windows"] = _ddl_windows(ddl, rows.get("ddl", []))
+    if ack_lookup is not None:
+        out["schema_lag"] = _schema_lag(rows.get("lag", []))
+    out["safe_time_waits"] = _safe_time_waits(rows.get("waits", []))
     nodes = [str(n) for n in run.get("nodes", [])]
-    out["unavailability"] = _unavailability(frames, nodes, (start, workload_end), options)
-    out["nemesis_windows"] = _nemesis_windows(frames, spark, end_time)
+    out["unavailability"] = _unavailability(
+        rows.get("bucket", []), nodes, (start, workload_end), options
+    )
+    out["nemesis_windows"] = _nemesis_windows(windows, rows.get("window", []))
     return out
 
 
-def _outcomes(frames: RunFrames) -> dict[str, Any]:
-    per_second = (
-        frames.completions.groupBy(
-            F.floor(F.col("time") / F.lit(1_000_000_000)).alias("second"),
-            "f",
-            "type",
-            "error_code",
-        )
-        .count()
-        .collect()
+def _outcomes_frame(frames: RunFrames) -> DataFrame:
+    per_second = frames.completions.groupBy(
+        F.floor(F.col("time") / F.lit(1_000_000_000)).alias("second"),
+        "f",
+        "type",
+        "error_code",
+    ).count()
+    return _tagged(
+        per_second,
+        "outcome",
+        k=F.col("second"),
+        s1=F.col("f"),
+        s2=F.col("type"),
+        s3=F.col("error_code"),
+        n=F.col("count"),
     )
+
+
+def _outcomes(per_second: list[Any]) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = {}
     by_code: dict[str, dict[str, int]] = {}
     series: dict[int, dict[str, Any]] = {}
     for r in per_second:
-        n = int(r["count"])
-        f, typ, code, sec = str(r["f"]), str(r["type"]), r["error_code"], int(r["second"])
+        n = int(r["n"])
+        f, typ, code, sec = str(r["s1"]), str(r["s2"]), r["s3"], int(r["k"])
         c = counts.setdefault(f, {"ok": 0, "fail": 0, "info": 0})
         c[typ] = c.get(typ, 0) + n
         s = series.setdefault(sec, {"second": sec, "completions": 0, "errors": {}})
@@ -113,66 +159,84 @@ def _outcomes(frames: RunFrames) -> dict[str, Any]:
     }
 
 
-def _latency(frames: RunFrames, floor_ms: int) -> dict[str, Any]:
+def _latency_frame(frames: RunFrames, floor_ms: int) -> DataFrame:
     ok = frames.completions.where(F.col("type") == "ok").withColumn(
         "ms", F.col("latency_ns") / F.lit(1e6)
     )
     ratio = F.when(F.col("f") == "ddl", F.col("ms") / F.lit(max(floor_ms, 1)))
-    rows = (
-        ok.groupBy("f")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.percentile_approx("ms", QUANTILES).alias("q"),
-            F.max("ms").alias("max"),
-            F.percentile_approx(ratio, QUANTILES).alias("rq"),
-        )
-        .collect()
+    agg = ok.groupBy("f").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.percentile_approx("ms", QUANTILES).alias("q"),
+        F.max("ms").alias("max"),
+        F.percentile_approx(ratio, QUANTILES).alias("rq"),
     )
+    return _tagged(
+        agg,
+        "latency",
+        s1=F.col("f"),
+        n=F.col("n"),
+        d1=F.col("max"),
+        q1=F.col("q"),
+        q2=F.col("rq"),
+    )
+
+
+def _latency(rows: list[Any], floor_ms: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for r in rows:
-        entry: dict[str, Any] = {"n": int(r["n"]), "max_ms": float(r["max"])}
-        for q, v in zip(QUANTILES, r["q"] or [], strict=False):
+        entry: dict[str, Any] = {"n": int(r["n"]), "max_ms": float(r["d1"])}
+        for q, v in zip(QUANTILES, r["q1"] or [], strict=False):
             entry[f"p{int(q * 100)}_ms"] = float(v)
-        if r["f"] == "ddl" and r["rq"]:
+        if r["s1"] == "ddl" and r["q2"]:
             entry["floor_ms"] = floor_ms
-            for q, v in zip(QUANTILES, r["rq"], strict=False):
+            for q, v in zip(QUANTILES, r["q2"], strict=False):
                 entry[f"p{int(q * 100)}_ratio_to_floor"] = float(v)
-        out[str(r["f"])] = entry
+        out[str(r["s1"])] = entry
     return out
 
 
-def _ddl_windows(frames: RunFrames, run: dict[str, Any], options: StatsOptions) -> list[dict]:
-    acks = frames.ddls.select("index", "time", "catalog_version", "activation_ts", "stmt").collect()
+def _ddl_window_spans(
+    frames: RunFrames, run: dict[str, Any], options: StatsOptions
+) -> tuple[dict[int, dict[str, Any]], DataFrame | None]:
+    """The window of each DDL ack (without counts yet) and the frame that counts them."""
+    acks = frames.known().acks
     if not acks:
-        return []
+        return {}, None
     half = int(options.ddl_window_s * 1e9)
     start_wall_ms = int(run.get("start_wall_ms", 0))
     centers: dict[int, tuple[int, str]] = {}
     for a in acks:
         if run.get("clock") == "hlc" and start_wall_ms:
-            center = ((int(a["activation_ts"]) >> 16) - start_wall_ms) * 1_000_000
+            center = ((int(a.activation_ts or 0) >> 16) - start_wall_ms) * 1_000_000
             basis = "activation"
         else:
-            center, basis = int(a["time"]), "ack"
-        centers[int(a["index"])] = (center, basis)
+            center, basis = a.time, "ack"
+        centers[a.index] = (center, basis)
     lookup = IntervalLookup(
         frames.events.sparkSession,
         [Interval(c - half, c + half, (i,)) for i, (c, _) in centers.items()],
         [("ddl_index", T.LongType())],
     )
-    rows = (
+    counts = (
         lookup.join(frames.completions, "time", "inner")
         .groupBy("ddl_index", "type", "error_code")
         .count()
-        .collect()
+    )
+    frame = _tagged(
+        counts,
+        "ddl",
+        k=F.col("ddl_index"),
+        s2=F.col("type"),
+        s3=F.col("error_code"),
+        n=F.col("count"),
     )
     per: dict[int, dict[str, Any]] = {}
     for a in acks:
-        i = int(a["index"])
+        i = a.index
         per[i] = {
             "ddl_index": i,
-            "catalog_version": int(a["catalog_version"]),
-            "stmt": a["stmt"],
+            "catalog_version": a.catalog_version,
+            "stmt": a.stmt,
             "center_s": centers[i][0] / 1e9,
             "centered_on": centers[i][1],
             "window_s": options.ddl_window_s,
@@ -182,65 +246,97 @@ def _ddl_windows(frames: RunFrames, run: dict[str, Any], options: StatsOptions) 
             "info": 0,
             "errors": {},
         }
+    return per, frame
+
+
+def _ddl_windows(per: dict[int, dict[str, Any]], rows: list[Any]) -> list[dict]:
     for r in rows:
-        p = per[int(r["ddl_index"])]
-        n = int(r["count"])
+        p = per[int(r["k"])]
+        n = int(r["n"])
         p["completions"] += n
-        p[str(r["type"])] = p.get(str(r["type"]), 0) + n
-        if r["error_code"] is not None:
-            p["errors"][r["error_code"]] = p["errors"].get(r["error_code"], 0) + n
+        p[str(r["s2"])] = p.get(str(r["s2"]), 0) + n
+        if r["s3"] is not None:
+            p["errors"][r["s3"]] = p["errors"].get(r["s3"], 0) + n
     for p in per.values():
         p["error_rate"] = (p["fail"] + p["info"]) / p["completions"] if p["completions"] else 0.0
     return [per[k] for k in sorted(per)][:MAX_SERIES]
 
 
-def _schema_lag(frames: RunFrames, ack_lookup: IntervalLookup) -> dict[str, Any]:
+def _schema_lag_frame(frames: RunFrames, ack_lookup: IntervalLookup) -> DataFrame:
     probes = ack_lookup.join(frames.probes.where(F.col("asked_ts").isNull()), "invoke_time")
     lag = F.greatest(F.coalesce(F.col("req_v"), F.lit(1)) - F.col("catalog_version"), F.lit(0))
-    rows = (
-        probes.groupBy("node")
-        .agg(
-            F.count(F.lit(1)).alias("probes"),
-            F.max(lag).alias("max_lag"),
-            F.avg(lag).alias("mean_lag"),
-            F.count(F.when(lag > 0, 1)).alias("lagging"),
-        )
-        .collect()
+    agg = probes.groupBy("node").agg(
+        F.count(F.lit(1)).alias("probes"),
+        F.max(lag).alias("max_lag"),
+        F.avg(lag).alias("mean_lag"),
+        F.count(F.when(lag > 0, 1)).alias("lagging"),
     )
+    return _tagged(
+        agg,
+        "lag",
+        s1=F.col("node"),
+        n=F.col("probes"),
+        k=F.col("max_lag"),
+        d1=F.col("mean_lag"),
+        n2=F.col("lagging"),
+    )
+
+
+def _schema_lag(rows: list[Any]) -> dict[str, Any]:
     return {
-        str(r["node"]): {
-            "probes": int(r["probes"]),
-            "max_versions_behind": int(r["max_lag"] or 0),
-            "mean_versions_behind": float(r["mean_lag"] or 0.0),
-            "probes_behind": int(r["lagging"]),
+        str(r["s1"]): {
+            "probes": int(r["n"]),
+            "max_versions_behind": int(r["k"] or 0),
+            "mean_versions_behind": float(r["d1"] or 0.0),
+            "probes_behind": int(r["n2"]),
         }
         for r in rows
     }
 
 
-def _safe_time_waits(frames: RunFrames) -> dict[str, Any]:
+def _safe_time_waits_frame(frames: RunFrames) -> DataFrame:
     w = frames.completions.where(F.col("safe_time_waits").isNotNull())
-    rows = (
-        w.groupBy("node")
-        .agg(
-            F.max("safe_time_waits.count").alias("count"),
-            F.max("safe_time_waits.total_ms").alias("total_ms"),
-            F.max("safe_time_waits.max_ms").alias("max_ms"),
-        )
-        .collect()
+    agg = w.groupBy("node").agg(
+        F.max("safe_time_waits.count").alias("count"),
+        F.max("safe_time_waits.total_ms").alias("total_ms"),
+        F.max("safe_time_waits.max_ms").alias("max_ms"),
     )
+    return _tagged(
+        agg,
+        "waits",
+        s1=F.col("node"),
+        d1=F.col("count"),
+        d2=F.col("total_ms"),
+        d3=F.col("max_ms"),
+    )
+
+
+def _safe_time_waits(rows: list[Any]) -> dict[str, Any]:
     return {
-        str(r["node"]): {
-            "count": int(r["count"] or 0),
-            "total_ms": float(r["total_ms"] or 0),
-            "max_ms": float(r["max_ms"] or 0),
+        str(r["s1"]): {
+            "count": int(r["d1"] or 0),
+            "total_ms": float(r["d2"] or 0),
+            "max_ms": float(r["d3"] or 0),
         }
         for r in rows
     }
+
+
+def _unavailability_frame(frames: RunFrames, options: StatsOptions) -> DataFrame:
+    """The first and last success of each node in each T-wide bucket of time (see
+    _unavailability)."""
+    threshold = max(1, int(options.unavailable_after_s * 1e9))
+    ok = frames.completions.where(
+        (F.col("type") == "ok") & F.col("node").isNotNull() & (F.col("f") != "final-read")
+    )
+    agg = ok.groupBy("node", F.expr(f"time div {threshold}L").alias("bucket")).agg(
+        F.min("time").alias("first"), F.max("time").alias("last")
+    )
+    return _tagged(agg, "bucket", s1=F.col("node"), n=F.col("first"), n2=F.col("last"))
 
 
 def _unavailability(
-    frames: RunFrames, nodes: list[str], workload: tuple[int, int], options: StatsOptions
+    buckets: list[Any], nodes: list[str], workload: tuple[int, int], options: StatsOptions
 ) -> list[dict[str, Any]]:
     """Spans longer than the threshold, inside the workload's span, in which a node completed
     no op of the workload successfully (times stay on the history's clock).
@@ -249,18 +345,10 @@ def _unavailability(
     and last success of each bucket per node (an aggregate combined before any shuffle) is all
     the driver needs to find every such gap exactly."""
     threshold = max(1, int(options.unavailable_after_s * 1e9))
-    ok = frames.completions.where(
-        (F.col("type") == "ok") & F.col("node").isNotNull() & (F.col("f") != "final-read")
-    )
-    buckets = (
-        ok.groupBy("node", F.expr(f"time div {threshold}L").alias("bucket"))
-        .agg(F.min("time").alias("first"), F.max("time").alias("last"))
-        .collect()
-    )
     start, end = workload
     spans: dict[str, list[tuple[int, int]]] = {n: [(start, start), (end, end)] for n in nodes}
     for r in buckets:
-        spans.setdefault(str(r["node"]), []).append((int(r["first"]), int(r["last"])))
+        spans.setdefault(str(r["s1"]), []).append((int(r["n"]), int(r["n2"])))
     gaps = []
     for node in sorted(spans):
         ordered = sorted(spans[node])
@@ -273,11 +361,14 @@ def _unavailability(
     ]
 
 
-def _nemesis_windows(frames: RunFrames, spark: Any, end_time: int) -> list[dict[str, Any]]:
-    events = frames.nemesis.orderBy("index").collect()
+def _nemesis_window_spans(
+    frames: RunFrames, spark: Any, end_time: int
+) -> tuple[list[dict[str, Any]], DataFrame | None]:
+    """The nemesis windows (start/stop paired) and, if any has a length, the frame counting the
+    completions inside each."""
     windows: list[dict[str, Any]] = []
     open_: dict[str, dict[str, Any]] = {}
-    for e in events:
+    for e in frames.known().nemesis:
         f = str(e["f"])
         value = json.loads(e["value_json"]) if e["value_json"] else None
         kind, _, what = f.partition("-")
@@ -314,19 +405,31 @@ def _nemesis_windows(frames: RunFrames, spark: Any, end_time: int) -> list[dict[
         for i, w in enumerate(windows)
         if w["to_s"] > w["from_s"]
     ]
-    if spans:
-        lookup = IntervalLookup(spark, spans, [("window", T.LongType())])
-        rows = (
-            lookup.join(frames.completions, "time", "inner")
-            .groupBy("window", "type", "error_code")
-            .count()
-            .collect()
-        )
-        for w in windows:
-            w.update({"ok": 0, "fail": 0, "info": 0, "errors": {}})
-        for r in rows:
-            w = windows[int(r["window"])]
-            w[str(r["type"])] = w.get(str(r["type"]), 0) + int(r["count"])
-            if r["error_code"] is not None:
-                w["errors"][r["error_code"]] = w["errors"].get(r["error_code"], 0) + int(r["count"])
+    if not spans:
+        return windows, None
+    for w in windows:
+        w.update({"ok": 0, "fail": 0, "info": 0, "errors": {}})
+    lookup = IntervalLookup(spark, spans, [("window", T.LongType())])
+    counts = (
+        lookup.join(frames.completions, "time", "inner")
+        .groupBy("window", "type", "error_code")
+        .count()
+    )
+    frame = _tagged(
+        counts,
+        "window",
+        k=F.col("window"),
+        s2=F.col("type"),
+        s3=F.col("error_code"),
+        n=F.col("count"),
+    )
+    return windows, frame
+
+
+def _nemesis_windows(windows: list[dict[str, Any]], rows: list[Any]) -> list[dict[str, Any]]:
+    for r in rows:
+        w = windows[int(r["k"])]
+        w[str(r["s2"])] = w.get(str(r["s2"]), 0) + int(r["n"])
+        if r["s3"] is not None:
+            w["errors"][r["s3"]] = w["errors"].get(r["s3"], 0) + int(r["n"])
     return windows[:MAX_SERIES]

@@ -25,7 +25,7 @@ from schemasync import compat as sut
 from schemasync import types as sut_types
 from schemasync.catalog import Table as SutTable
 
-# The workload's base types (workloads/schema_model.py) and its widenings, the system's test
+# The workload's base types (workloads/column_types.py) and its widenings, the system's test
 # types, and VARCHARs on both sides of every type's longest text, plus one type nobody knows.
 TYPES: tuple[str, ...] = (
     "INT32",

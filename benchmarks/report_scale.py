@@ -2,10 +2,11 @@
 
 Writes a seeded synthetic run directory per size (txns with op schema versions, probes, DDLs
 with catalog.jsonl, nemesis windows, status samples, a results.json with anomalies), then
-times each phase of `render_report` (read, plots, HTML, JUnit). Target: <= 30 s at 10^6.
-"cpu s" is the process's CPU time, the fairer number on a shared machine. With --browser, also
-times how long headless Chromium takes to load the report and make the
-timeline view ready.
+times each phase of `render_report` (read, plots, HTML with the anomaly pictures, the
+per-process timeline.html, JUnit); the history carries monitor samples every 250 ms.
+Target: <= 30 s at 10^6. "cpu s" is the process's CPU time, the fairer number on a shared
+machine. With --browser, also times how long headless Chromium takes to load report.html (its
+op table ready) and timeline.html (first frame drawn).
 
     .venv/bin/python benchmarks/report_scale.py [--sizes 10000,100000,1000000] [--browser]
 """
@@ -24,9 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.html import build_report_html
+from reports.anomaly_pictures import anomaly_pictures
+from reports.html import build_report_html, page_title
 from reports.junit import write_junit
 from reports.plots import render_plots
+from reports.process_timeline import build_timeline_html
 from reports.render import repro_command
 from reports.rundata import load_run
 
@@ -34,10 +37,29 @@ START_WALL_MS = 1_760_000_000_000
 NODES = ("n1", "n2", "n3", "n4", "n5")
 EVENTS_PER_S = 1_000
 DD_MS, CS_MS = 500, 500
+MONITOR_MS = 250.0
 
 
 def hlc(ms: float) -> int:
     return (START_WALL_MS + int(ms)) << 16
+
+
+def monitor_sample(rng: random.Random, ms: float, tsv: Any) -> dict[str, Any]:
+    """Every node's admin view at `ms`: learners trail the voters' safe time."""
+    value: dict[str, Any] = {}
+    for i, node in enumerate(NODES):
+        lag = rng.uniform(80, 160) if i < 3 else rng.uniform(200, 900)
+        safe_ms = ms - lag
+        value[node] = {
+            "catalog_version": tsv(hlc(safe_ms))[1],
+            "safe_ts": hlc(safe_ms),
+            "safe_lag_ms": round(lag, 1),
+            "role": "leader" if i == 0 else "follower" if i < 3 else "learner",
+            "term": 1,
+            "commit_index": int(ms // 10),
+            "hlc_offset_ms": round(rng.uniform(-2, 2), 2),
+        }
+    return value
 
 
 def write_synthetic_run(run_dir: Path, events: int, seed: int = 7) -> dict[str, Any]:
@@ -122,8 +144,13 @@ def write_synthetic_run(run_dir: Path, events: int, seed: int = 7) -> dict[str, 
     w_i = 0
     open_w: list[tuple[float, float, str]] = []
     witness: list[int] = []
+    next_sample = 250.0
     while index < events - 4:
         t += rng.expovariate(1 / step)
+        while next_sample <= t:  # the controller's monitor, every 250 ms (history.md)
+            emit(next_sample, {"type": "info", "process": "monitor", "f": "sample",
+                               "value": monitor_sample(rng, next_sample, tsv)})  # fmt: skip
+            next_sample += MONITOR_MS
         while w_i < len(windows) and windows[w_i][0] <= t:
             w = windows[w_i]
             value: dict[str, Any] = {"targets": [rng.choice(NODES)]}
@@ -313,24 +340,32 @@ def time_report(run_dir: Path) -> dict[str, float]:
     t1 = time.perf_counter()
     plots = render_plots(data, run_dir / "plots")
     t2 = time.perf_counter()
-    page = build_report_html(data, plots, repro_command(run_dir))
+    pictures = anomaly_pictures(data)
+    page = build_report_html(data, plots, repro_command(run_dir), pictures=pictures)
     (run_dir / "report.html").write_text(page, encoding="utf-8")
     t3 = time.perf_counter()
-    write_junit(data.results or {}, data.run, run_dir / "junit.xml")
+    timeline = build_timeline_html(data, page_title(data))
+    (run_dir / "timeline.html").write_text(timeline, encoding="utf-8")
     t4 = time.perf_counter()
+    write_junit(data.results or {}, data.run, run_dir / "junit.xml")
+    t5 = time.perf_counter()
     cpu = time.process_time() - cpu0
     return {
         "cpu": cpu,
         "ops": len(data.ops),
+        "pictures": len(pictures),
         "read": t1 - t0,
         "plots": t2 - t1,
         "html": t3 - t2,
-        "junit": t4 - t3,
-        "total": t4 - t0,
+        "timeline": t4 - t3,
+        "junit": t5 - t4,
+        "total": t5 - t0,
     }
 
 
-def time_browser(report: Path) -> float:
+def time_browser(page: Path, ready: str, frames: str = "[]") -> tuple[float, list[float]]:
+    """Seconds until headless Chromium has loaded `page` and `ready` (a JS expression) holds,
+    then what `frames` (a JS expression giving an array of ms per frame drawn) returns."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
@@ -342,13 +377,10 @@ def time_browser(report: Path) -> float:
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:
         started = time.perf_counter()
-        driver.get(report.resolve().as_uri())
-        WebDriverWait(driver, 120).until(
-            lambda d: d.execute_script(
-                "return document.getElementById('timeline').dataset.ready === '1'"
-            )
-        )
-        return time.perf_counter() - started
+        driver.get(page.resolve().as_uri())
+        WebDriverWait(driver, 120).until(lambda d: d.execute_script(f"return {ready}"))
+        loaded = time.perf_counter() - started
+        return loaded, [float(x) for x in driver.execute_script(f"return {frames}")]
     finally:
         driver.quit()
 
@@ -362,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     root = args.keep or Path(tempfile.mkdtemp(prefix="report-scale-"))
     print(
         f"{'events':>9} {'ops':>8} {'hist MB':>8} {'read s':>7} {'plots s':>8} {'html s':>7}"
-        f" {'total s':>8} {'cpu s':>7} {'page MB':>8} {'vs 30 s':>8}"
-        + (f" {'browser s':>10}" if args.browser else "")
+        f" {'tl s':>6} {'total s':>8} {'cpu s':>7} {'page MB':>8} {'tl MB':>6} {'vs 30 s':>8}"
+        + (
+            f" {'browser s':>10} {'tl load s':>10} {'frame ms':>9} {'zoom ms':>8}"
+            if args.browser
+            else ""
+        )
     )
     try:
         for size in (int(s) for s in args.sizes.split(",")):
@@ -372,14 +408,27 @@ def main(argv: list[str] | None = None) -> int:
             t = time_report(run_dir)
             hist_mb = (run_dir / "history.jsonl").stat().st_size / 1e6
             page_mb = (run_dir / "report.html").stat().st_size / 1e6
+            tl_mb = (run_dir / "timeline.html").stat().st_size / 1e6
             line = (
                 f"{size:>9} {int(t['ops']):>8} {hist_mb:>8.1f} {t['read']:>7.2f}"
-                f" {t['plots']:>8.2f} {t['html']:>7.2f} {t['total']:>8.2f} {t['cpu']:>7.2f}"
-                f" {page_mb:>8.1f}"
+                f" {t['plots']:>8.2f} {t['html']:>7.2f} {t['timeline']:>6.2f}"
+                f" {t['total']:>8.2f} {t['cpu']:>7.2f} {page_mb:>8.1f} {tl_mb:>6.1f}"
                 f" {t['total'] / 30:>8.2f}"
             )
             if args.browser:
-                line += f" {time_browser(run_dir / 'report.html'):>10.2f}"
+                report_ready = "document.getElementById('timeline').dataset.ready === '1'"
+                line += f" {time_browser(run_dir / 'report.html', report_ready)[0]:>10.2f}"
+                timeline_ready = "document.body.dataset.ready === '1'"
+                # one redraw of the whole run, then of a 5 s window (zoomed in), in ms
+                frames = (
+                    "(() => { const ms = () => +document.body.dataset.drawMs;"
+                    " document.getElementById('pt-all').click(); const all = ms();"
+                    " ptZoomTo(10000, 15000); return [all, ms()]; })()"
+                )
+                load, (whole, zoomed) = time_browser(
+                    run_dir / "timeline.html", timeline_ready, frames
+                )
+                line += f" {load:>10.2f} {whole:>9.1f} {zoomed:>8.1f}"
             print(line, flush=True)
     finally:
         if args.keep is None:

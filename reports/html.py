@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from reports.anomaly_pictures import AnomalyPicture, anomaly_pictures
 from reports.expectation import expect_of, judge
 from reports.plots import PlotFile, nemesis_colours
 from reports.rundata import OUTCOMES, RunData
+from reports.stats_tables import stats_tables
 from reports.templating import render
 
 MAX_EMBEDDED_OPS = 120_000  # above this the timeline embeds a sample plus every non-ok op
@@ -174,6 +176,22 @@ def _provenance(run: Mapping[str, Any]) -> list[tuple[str, Any]] | None:
     ]
 
 
+def _unavailability(stats: Mapping[str, Any], origin_s: float) -> list[dict[str, str]]:
+    """The checker's windows (on the history's clock) on the workload's clock, as text."""
+    rows = []
+    for u in (stats.get("unavailability") or [])[:MAX_NEMESIS_ROWS]:
+        if not isinstance(u, Mapping):
+            continue
+        times = [u.get(k) for k in ("from_s", "to_s", "duration_s")]
+        numbers = [float(t) for t in times if isinstance(t, int | float)]
+        if len(numbers) != 3:
+            continue
+        start, end, took = numbers
+        rows.append({"node": str(u.get("node")), "from_s": f"{start - origin_s:.3f}",
+                     "to_s": f"{end - origin_s:.3f}", "duration_s": f"{took:.3f}"})  # fmt: skip
+    return rows
+
+
 def _ops_payload(data: RunData, max_ops: int) -> dict[str, Any]:
     ops = data.ops
     total = len(ops)
@@ -219,15 +237,25 @@ def _ops_payload(data: RunData, max_ops: int) -> dict[str, Any]:
     }
 
 
+def page_title(data: RunData) -> str:
+    """The test's name as every page of one run shows it."""
+    return f"schemachaos · {data.run.get('test', data.run_dir.name)}"
+
+
 def build_report_html(
     data: RunData,
     plots: Sequence[PlotFile],
     repro_command: str,
     max_ops: int = MAX_EMBEDDED_OPS,
+    pictures: Sequence[AnomalyPicture] | None = None,
+    timeline_href: str = "timeline.html",
 ) -> str:
+    """The page; `pictures` are the anomalies' SVGs (drawn here when not given)."""
     results = data.results or {}
     run = data.run
     banner = banner_of(data.results, expect_of(run))
+    if pictures is None:
+        pictures = anomaly_pictures(data)
     subtitle = (
         f"test {run.get('test', '?')} · seed {run.get('seed', '?')} · "
         f"{run.get('backend', '?')} backend · {data.event_count} events · "
@@ -238,7 +266,9 @@ def build_report_html(
     anomalies = results.get("anomalies") or []
     return render(
         "report.html",
-        title=f"schemachaos · {run.get('test', data.run_dir.name)} · {banner.headline}",
+        title=f"{page_title(data)} · {banner.headline}",
+        pictures=pictures,
+        timeline_href=timeline_href,
         banner=banner,
         valid_json=json.dumps(results.get("valid") if data.results is not None else None),
         subtitle=subtitle,
@@ -255,6 +285,7 @@ def build_report_html(
         workload=run.get("workload"),
         run=dict(run),
         repro=repro_command,
-        stats=results.get("stats") or {},
+        stats_tables=stats_tables(data),
+        unavailability=_unavailability(results.get("stats") or {}, data.origin_s),
         ops=_ops_payload(data, max_ops),
     )

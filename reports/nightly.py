@@ -1,22 +1,19 @@
-"""`schemachaos nightly --matrix FILE`: scenarios x nemeses x seeds, then one Spark summary.
+"""The nightly summary: what the cells of a night left (run by `harness.nightly`), read.
 
-Every cell is one `harness.run.run_test`; a cell that crashes is recorded and the matrix goes on.
-Then one Spark job reads every run directory of this night (and of the previous nights, for
-trends) and writes `store/nightly/<stamp>/`: summary.json, summary.html and trend plots.
+One Spark job reads every run directory of this night (and of the previous nights, for
+trends) and writes `store/nightly/<stamp>/`: cells.json, summary.json, summary.html and trend
+plots. Nothing here runs a test.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-import tomllib
-import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import matplotlib
 
@@ -24,44 +21,11 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from reports.expectation import ExpectVerdict, expect_of, judge
+from reports.expectation import ExpectVerdict, judge
 from reports.templating import render
-from workloads.scenario import load_run_options
 
 PREVIOUS_NIGHTS = 14  # nights before this one whose runs join the trends
 EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A row of the matrix: what to run and which anomaly classes it must produce."""
-
-    name: str
-    workload: str | None = None
-    scenario_file: str | None = None
-    toggles: tuple[str, ...] = ()
-    expect: tuple[str, ...] = ()  # empty: the run must be valid
-    nemeses: tuple[str, ...] | None = None  # restrict to these nemesis names
-    options: Mapping[str, Any] = field(default_factory=dict)  # extra RunOptions fields
-
-
-@dataclass(frozen=True)
-class NemesisSpec:
-    name: str
-    kinds: tuple[str, ...] = ()
-    interval_s: float | None = None
-
-
-@dataclass(frozen=True)
-class NightlyCell:
-    scenario: Scenario
-    nemesis: NemesisSpec
-    seed: int
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.scenario.name}--{self.nemesis.name}--s{self.seed}"
 
 
 @dataclass(frozen=True)
@@ -77,155 +41,6 @@ class CellOutcome:
     exit_code: int | None
     error: str | None
     seconds: float
-
-
-@dataclass(frozen=True)
-class NightlyResult:
-    """The night's gate: exit_code 0 all cells as expected, 1 a mismatch, 2 an unknown."""
-
-    exit_code: int
-    summary_dir: Path
-    outcomes: tuple[CellOutcome, ...]
-    summary: Mapping[str, Any]
-
-    def __int__(self) -> int:
-        return self.exit_code
-
-
-class RunOutcomeLike(Protocol):
-    """What harness.run.run_test returns (RunOutcome): read-only is enough."""
-
-    @property
-    def run_dir(self) -> Path: ...
-
-    @property
-    def exit_code(self) -> int: ...
-
-
-Runner = Callable[[NightlyCell, Path], RunOutcomeLike]
-
-
-@dataclass(frozen=True)
-class Matrix:
-    scenarios: tuple[Scenario, ...]
-    nemeses: tuple[NemesisSpec, ...]
-    seeds: tuple[int, ...]
-    defaults: Mapping[str, Any]
-
-    def cells(self) -> list[NightlyCell]:
-        out = []
-        for sc in self.scenarios:
-            for nem in self.nemeses:
-                if sc.nemeses is not None and nem.name not in sc.nemeses:
-                    continue
-                for seed in self.seeds:
-                    out.append(NightlyCell(sc, nem, seed, self.defaults))
-        return out
-
-
-def load_matrix(path: Path) -> Matrix:
-    """Parse the TOML matrix; errors name the file and the offending entry."""
-    with Path(path).open("rb") as fh:
-        raw = tomllib.load(fh)
-    scenarios = []
-    for i, s in enumerate(raw.get("scenario") or []):
-        if "name" not in s:
-            raise ValueError(f"{path}: scenario #{i + 1}: missing name")
-        known = {"name", "workload", "scenario_file", "toggles", "expect", "nemeses"}
-        scenarios.append(
-            Scenario(
-                name=str(s["name"]),
-                workload=s.get("workload"),
-                scenario_file=s.get("scenario_file"),
-                toggles=tuple(s.get("toggles") or ()),
-                expect=tuple(s.get("expect") or ()),
-                nemeses=tuple(s["nemeses"]) if "nemeses" in s else None,
-                options={k: v for k, v in s.items() if k not in known},
-            )
-        )
-    nemeses = [
-        NemesisSpec(str(n["name"]), tuple(n.get("kinds") or ()), n.get("interval_s"))
-        for n in raw.get("nemesis") or [{"name": "none"}]
-    ]
-    seeds = tuple(int(s) for s in raw.get("seeds") or [0])
-    if not scenarios:
-        raise ValueError(f"{path}: no [[scenario]] entry")
-    return Matrix(tuple(scenarios), tuple(nemeses), seeds, dict(raw.get("defaults") or {}))
-
-
-def harness_runner(backend: str | None = None) -> Runner:
-    """The real runner: each cell through harness.run.run_test with the cell's options."""
-
-    def run_cell(cell: NightlyCell, store: Path) -> RunOutcomeLike:
-        from dataclasses import fields
-
-        from harness.run import RunOptions, run_test
-
-        known = {f.name for f in fields(RunOptions)}
-        given: dict[str, Any] = {}
-        if cell.scenario.scenario_file:
-            path = Path(cell.scenario.scenario_file)
-            given.update(load_run_options(path))
-            given["scenario"] = path
-        given.update({k: v for k, v in cell.defaults.items() if k in known})
-        given.update({k: v for k, v in cell.scenario.options.items() if k in known})
-        if cell.scenario.workload:
-            given["workload"] = cell.scenario.workload
-        if cell.scenario.toggles:
-            given["toggles"] = cell.scenario.toggles
-        if cell.scenario.expect:  # into run.json: the report and junit.xml judge by it too
-            given["expect"] = cell.scenario.expect
-        given["nemesis"] = cell.nemesis.kinds
-        if cell.nemesis.interval_s is not None:
-            given["nemesis_interval_s"] = float(cell.nemesis.interval_s)
-        if backend:
-            given["backend"] = backend
-        given.update(seed=cell.seed, store=store, test_name=f"nightly-{cell.name}")
-        for key in ("nemesis", "toggles"):
-            given[key] = tuple(given.get(key) or ())
-        return run_test(RunOptions(**given))
-
-    return run_cell
-
-
-def _run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list[CellOutcome]:
-    outcomes = []
-    for cell in cells:
-        started = time.monotonic()
-        run_dir: str | None = None
-        code: int | None = None
-        error: str | None = None
-        expect = cell.scenario.expect
-        try:
-            got = runner(cell, store)
-            run_dir, code = str(Path(got.run_dir).resolve()), int(got.exit_code)
-            expect = _run_expect(Path(run_dir), expect)
-        except Exception as exc:  # a crashed cell must not stop the night
-            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        outcomes.append(
-            CellOutcome(
-                cell=cell.name,
-                scenario=cell.scenario.name,
-                nemesis=cell.nemesis.name,
-                seed=cell.seed,
-                expect=expect,
-                run_dir=run_dir,
-                exit_code=code,
-                error=error,
-                seconds=round(time.monotonic() - started, 3),
-            )
-        )
-    return outcomes
-
-
-def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...]:
-    """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
-    as the harness wrote it), so the night judges as the run's own report and junit.xml do;
-    the matrix's when run.json has no such field."""
-    run = _read(run_dir / "run.json")
-    if isinstance(run, dict) and "expect" in run:
-        return expect_of(run)
-    return matrix_expect
 
 
 def _previous_outcomes(nightly_root: Path, current: Path) -> list[tuple[str, CellOutcome]]:
@@ -368,7 +183,7 @@ def spark_run_stats(spark: Any, run_dirs: Sequence[Path]) -> dict[str, dict[str,
     return out
 
 
-def _read(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -400,8 +215,8 @@ def summarize(
     runs = []
     for n, o in all_cells:
         run_dir = Path(o.run_dir) if o.run_dir else None
-        results = _read(run_dir / "results.json") if run_dir else None
-        run = (_read(run_dir / "run.json") if run_dir else None) or {}
+        results = read_json(run_dir / "results.json") if run_dir else None
+        run = (read_json(run_dir / "run.json") if run_dir else None) or {}
         st = stats.get(str(run_dir), {}) if run_dir else {}
         txn = (st.get("ops") or {}).get("txn") or {}
         ddl = (st.get("ops") or {}).get("ddl") or {}
@@ -599,28 +414,15 @@ def _spark_session(master: str) -> Any:
     return build_session(master)
 
 
-def run_nightly(
-    matrix_file: Path,
-    store: Path = Path("store"),
-    runner: Runner | None = None,
-    backend: str | None = None,
-    spark_master: str = "local[2]",
-) -> NightlyResult:
-    """Run every cell (a crash is recorded, not fatal), then summarize with one Spark job."""
-    matrix = load_matrix(Path(matrix_file))
-    store = Path(store)
-    night = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%S")
-    out_dir = store / "nightly" / night
-    n = 1
-    while out_dir.exists():
-        n += 1
-        out_dir = store / "nightly" / f"{night}-{n}"
-    out_dir.mkdir(parents=True)
-    outcomes = _run_cells(matrix.cells(), store, runner or harness_runner(backend))
+def write_summary(
+    out_dir: Path, outcomes: Sequence[CellOutcome], spark_master: str = "local[2]"
+) -> tuple[int, dict[str, Any]]:
+    """cells.json, summary.json, trend plots and summary.html of the night in out_dir (under
+    `<store>/nightly/`, beside the previous nights); the gate's exit code and the summary."""
     (out_dir / "cells.json").write_text(
         json.dumps([asdict(o) for o in outcomes], indent=1), encoding="utf-8"
     )
-    previous = _previous_outcomes(store / "nightly", out_dir)
+    previous = _previous_outcomes(out_dir.parent, out_dir)
     spark = _spark_session(spark_master)
     try:
         summary = summarize(spark, out_dir.name, outcomes, previous)
@@ -639,4 +441,4 @@ def run_nightly(
     os.replace(tmp, out_dir / "summary.json")
     plots = _trend_plots(summary, out_dir / "plots")
     (out_dir / "summary.html").write_text(_summary_html(summary, plots, code), encoding="utf-8")
-    return NightlyResult(code, out_dir, tuple(outcomes), summary)
+    return code, summary

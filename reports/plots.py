@@ -21,23 +21,38 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from reports.rundata import OUTCOMES, RunData, Samples
+from reports.node_samples import Samples
+from reports.rundata import OUTCOMES, RunData
 
 OUTCOME_COLOURS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e", "pending": "#7f7f7f"}
-NEMESIS_COLOURS = (
-    "#1f77b4",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#ff7f0e",
-    "#7f7f7f",
+# One colour per fault kind, far apart in hue: clock and pause used to be two near cyans.
+FAULT_COLOURS = {
+    "partition": "#1f77b4",  # blue
+    "partition-learner": "#6baed6",  # light blue: a partition of the learners only
+    "clock": "#e6ab02",  # amber
+    "clock-skew": "#e6ab02",
+    "pause": "#e7298a",  # magenta
+    "kill": "#a6761d",  # brown
+    "delay": "#66a61e",  # olive green
+    "lagging-learner": "#7570b3",  # slate violet
+}
+# Okabe-Ito: a qualitative palette that stays distinct for colour-blind readers
+QUALITATIVE = (
+    "#0072b2",
+    "#e69f00",
+    "#009e73",
+    "#cc79a7",
+    "#56b4e9",
+    "#d55e00",
+    "#f0e442",
+    "#000000",
 )
+MARKERS = "osD^vP*X<>ph"
 ACTIVATION_COLOUR = "#6a3d9a"
 MAX_SCATTER_OK = 60_000  # ok points kept in latency-raw; every fail/info is always drawn
 MAX_BINS = 200
@@ -66,8 +81,31 @@ def _edges(end_s: float) -> np.ndarray:
     return np.arange(0.0, max(end_s, width) + width, width)
 
 
+def _farthest(candidates: Sequence[str], used: Sequence[str]) -> str:
+    """The candidate colour farthest (in RGB) from every colour already used."""
+    taken = [np.array(to_rgb(c)) for c in used]
+
+    def distance(colour: str) -> float:
+        rgb = np.array(to_rgb(colour))
+        return min((float(np.linalg.norm(rgb - u)) for u in taken), default=0.0)
+
+    return max(candidates, key=distance)
+
+
 def nemesis_colours(kinds: set[str]) -> dict[str, str]:
-    return {k: NEMESIS_COLOURS[i % len(NEMESIS_COLOURS)] for i, k in enumerate(sorted(kinds))}
+    """Each fault kind's colour: the fixed one of a known kind, else the first free colour."""
+    out = {k: FAULT_COLOURS[k] for k in sorted(kinds) if k in FAULT_COLOURS}
+    for kind in sorted(kinds - set(out)):
+        out[kind] = _farthest(QUALITATIVE, list(out.values()))
+    return dict(sorted(out.items()))
+
+
+def kind_styles(kinds: set[str]) -> dict[str, tuple[str, str]]:
+    """(colour, marker) per DDL kind: both differ, so twelve kinds stay twelve in print."""
+    return {
+        k: (QUALITATIVE[i % len(QUALITATIVE)], MARKERS[i % len(MARKERS)])
+        for i, k in enumerate(sorted(kinds))
+    }
 
 
 def _decorate(ax: Axes, data: RunData, legend: bool = True) -> None:
@@ -104,15 +142,19 @@ def _decorate(ax: Axes, data: RunData, legend: bool = True) -> None:
     else:
         times = [a.time_s for a in acts if a.time_s is not None]
     if times:
-        ax.vlines(
+        # ticks standing on the time axis, not full-height lines: 55 activations in a minute
+        # would otherwise hatch over every series
+        ax.plot(
             times,
-            0,
-            1,
-            colors=ACTIVATION_COLOUR,
-            linestyles=":",
-            linewidth=0.9,
-            alpha=0.8,
+            [0.0] * len(times),
+            linestyle="none",
+            marker="|",
+            markersize=11,
+            markeredgewidth=1.6,
+            color=ACTIVATION_COLOUR,
             transform=ax.get_xaxis_transform(),
+            clip_on=False,
+            zorder=4,
         )
     ax.set_xlim(0, max(data.end_s, 1.0))
     ax.set_xlabel("time since the workload started (s)")
@@ -124,7 +166,16 @@ def _decorate(ax: Axes, data: RunData, legend: bool = True) -> None:
     ]
     if times:
         handles.append(
-            plt.Line2D([], [], color=ACTIVATION_COLOUR, linestyle=":", label="DDL activation")
+            plt.Line2D(
+                [],
+                [],
+                color=ACTIVATION_COLOUR,
+                linestyle="none",
+                marker="|",
+                markersize=10,
+                markeredgewidth=1.6,
+                label="DDL activation",
+            )
         )
     existing, labels = ax.get_legend_handles_labels()
     if handles or existing:
@@ -370,6 +421,7 @@ def plot_schema_versions(data: RunData) -> Figure:
             linewidths=1.2,
             label="answer != cat(ts)",
         )
+    top.yaxis.set_major_locator(MaxNLocator(integer=True))
     if not (acts or probes or status):
         _empty(top, "no catalog.jsonl, probe answers or status samples")
     bottom.set_title("Op schema version minus the authoritative tsv(t, op_ts), by primary")
@@ -404,7 +456,10 @@ def plot_schema_versions(data: RunData) -> Figure:
 
 def plot_clock(data: RunData) -> Figure:
     fig, (top, bottom) = _figure(rows=2, height=3.2)
-    top.set_title("Safe-time lag per node (HLC now - safe time)")
+    if data.monitor.lag_ms.node:
+        top.set_title(f"Safe-time lag per node ({data.monitor.samples} monitor samples)")
+    else:
+        top.set_title("Safe-time lag per node (HLC now - safe time, at nemesis events)")
     top.set_ylabel("lag (ms)")
     lag = _by_node(data.safe_time_lag_ms)
     for node, (x, y) in lag.items():
@@ -441,20 +496,24 @@ def plot_ddl_latency(data: RunData) -> Figure:
         lat = np.asarray(data.ddl_latency_ms)
         outcome = np.asarray(data.ddl_outcome)
         kinds = np.asarray(data.ddl_kind)
-        markers = "os^Dv<>px*hH"
-        for i, kind in enumerate(sorted(set(data.ddl_kind))):
+        styles = kind_styles(set(data.ddl_kind))
+        for kind, (colour, marker) in styles.items():
             for name in ("ok", "fail", "info"):
                 sel = (kinds == kind) & (outcome == name)
-                if np.any(sel):
-                    ax.scatter(
-                        t[sel],
-                        lat[sel],
-                        marker=markers[i % len(markers)],
-                        c=OUTCOME_COLOURS[name],
-                        s=22,
-                        alpha=0.8,
-                        label=f"{kind} {name}",
-                    )
+                if not np.any(sel):
+                    continue
+                # ok filled, fail hollow with a red edge, info hollow in the kind's colour
+                ax.scatter(
+                    t[sel],
+                    lat[sel],
+                    marker=marker,
+                    s=30,
+                    facecolors=colour if name == "ok" else "none",
+                    edgecolors=OUTCOME_COLOURS["fail"] if name == "fail" else colour,
+                    linewidths=1.2,
+                    alpha=0.85,
+                    label=kind if name == "ok" else f"{kind} ({name})",
+                )
     floor = data.ddl_floor_ms
     if floor is not None:
         ax.axhline(floor, color="black", linewidth=1.0, label=f"floor DD + CSmax = {floor:g} ms")

@@ -12,10 +12,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from reports.html import build_report_html
+from reports.anomaly_pictures import AnomalyPicture, anomaly_pictures
+from reports.html import build_report_html, page_title
 from reports.junit import write_junit
 from reports.plots import render_plots
+from reports.process_timeline import build_timeline_html
 from reports.rundata import NotARunDirectory, is_run_dir, load_run
+
+XML_DECLARATION = '<?xml version="1.0" encoding="utf-8"?>\n'
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -39,12 +43,22 @@ def _results(run_dir: Path) -> tuple[dict[str, Any], BaseException | None]:
         return {**crashed, "errors": [why]}, exc
 
 
+def _write_pictures(out_dir: Path, pictures: list[AnomalyPicture]) -> None:
+    """anomalies/<class>-<n>.svg; pictures of an earlier report of this run are replaced."""
+    out_dir.mkdir(exist_ok=True)
+    for old in out_dir.glob("*.svg"):
+        old.unlink()
+    for picture in pictures:
+        _write_atomically(out_dir / picture.file_name, XML_DECLARATION + str(picture.svg))
+
+
 def repro_command(run_dir: Path) -> str:
     return f"schemachaos repro {shlex.quote(str(run_dir.resolve()))}"
 
 
 def render_report(run_dir: Path) -> Path:
-    """Write report.html, junit.xml and plots/ into run_dir; returns the report.html path.
+    """Write report.html, timeline.html, junit.xml, plots/ and anomalies/ into run_dir; returns
+    the report.html path.
     NotARunDirectory, with nothing written, when run_dir holds neither run.json nor history."""
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
@@ -52,8 +66,12 @@ def render_report(run_dir: Path) -> Path:
     results, crash = _results(run_dir)
     data = load_run(run_dir, results)
     plots = render_plots(data, run_dir / "plots")
+    pictures = anomaly_pictures(data)
+    _write_pictures(run_dir / "anomalies", pictures)
+    _write_atomically(run_dir / "timeline.html", build_timeline_html(data, page_title(data)))
     report = run_dir / "report.html"
-    _write_atomically(report, build_report_html(data, plots, repro_command(run_dir)))
+    page = build_report_html(data, plots, repro_command(run_dir), pictures=pictures)
+    _write_atomically(report, page)
     write_junit(results, data.run, run_dir / "junit.xml")
     if crash is not None:
         raise crash

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from reports.node_samples import MonitorReader, MonitorTrack, Samples, nemesis_offsets, node_views
+
 OUTCOMES = ("ok", "fail", "info", "pending")
 RUN_MARKERS = ("run.json", "history.jsonl")  # a directory with neither is not a run
 CLOSING_PREFIXES = ("stop-", "heal-")
 CLOSE_ALL = frozenset({"heal-all", "heal", "stop-all"})
-# Nemesis value keys that may hold per-node clock offsets in seconds.
-OFFSET_KEYS = ("offsets", "offsets_s", "clock_offsets", "clock_offsets_s", "offset_s", "offset")
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,6 @@ class Ops:
 
 
 @dataclass(frozen=True)
-class Samples:
-    """Per-node point observations over time (probe answers, offsets, safe-time lag...)."""
-
-    node: tuple[str, ...] = ()
-    time_s: tuple[float, ...] = ()
-    value: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
 class RunData:
     """A run on the workload's clock: 0 is the first client invoke, `origin_s` after the
     history's time 0 (setup before it has negative times; end_s is the last event)."""
@@ -108,6 +99,10 @@ class RunData:
     witness_events: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     origin_s: float = 0.0  # the first client invoke on the history's clock: the setup time
     workload_end_s: float = 0.0  # the last completion of a workload op (final reads aside)
+    monitor: MonitorTrack = field(default_factory=lambda: MonitorTrack())
+    # the completion of every op a witness event belongs to, by invoke index (its op_ts...)
+    witness_completions: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    ddl_version: tuple[int | None, ...] = ()  # the catalog version each DDL's ack carried
 
     @property
     def hlc_comparable(self) -> bool:
@@ -194,45 +189,6 @@ def _read_catalog(path: Path) -> list[dict[str, Any]]:
                     out.append(json.loads(line))
                 except json.JSONDecodeError:
                     break
-    return out
-
-
-def _offsets(value: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, float]:
-    """Per-node clock offsets (seconds) a clock nemesis wrote, in any of the usual shapes."""
-    known = set(nodes)
-    for key in (*OFFSET_KEYS, "written"):
-        got = value.get(key)
-        if isinstance(got, dict):
-            return {str(n): float(v) for n, v in got.items() if isinstance(v, int | float)}
-        if isinstance(got, int | float) and not isinstance(got, bool):
-            targets = value.get("nodes") or value.get("node") or []
-            if isinstance(targets, str):
-                targets = [targets]
-            return {str(n): float(got) for n in targets}
-    return {n: float(v) for n, v in value.items() if n in known and isinstance(v, int | float)}
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """What a nemesis measured on one node: where in its value, and the node's fields."""
-
-    path: tuple[str, ...]
-    node: str
-    fields: Mapping[str, Any]
-
-
-def node_views(value: Any, nodes: set[str], path: tuple[str, ...] = ()) -> list[NodeView]:
-    """Every {node: {...}} mapping nested in a nemesis value (measured offsets, learner views)."""
-    out: list[NodeView] = []
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            if key in nodes and isinstance(sub, dict):
-                out.append(NodeView(path, key, sub))
-            elif isinstance(sub, dict | list):
-                out.extend(node_views(sub, nodes, (*path, str(key))))
-    elif isinstance(value, list) and len(path) < 8:
-        for sub in value:
-            out.extend(node_views(sub, nodes, path))
     return out
 
 
@@ -334,8 +290,11 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
     ddl_l: list[float] = []
     ddl_k: list[str] = []
     ddl_o: list[str] = []
+    ddl_v: list[int | None] = []
+    witness_done: dict[int, dict[str, Any]] = {}
     event_time: dict[int, float] = {}
     witness_raw: dict[int, dict[str, Any]] = {}
+    monitor = MonitorReader()
     count = 0
     last_ns = 0
     workload_end_ns = origin_ns
@@ -392,7 +351,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
                 ref = start_wall_ms + when * 1000.0  # the controller's clock at the event
                 add(lag, view.node, when, float(ref - (safe >> 16)))
         if not measured:
-            for node, off in _offsets(value, nodes).items():
+            for node, off in nemesis_offsets(value, nodes).items():
                 add(offs, node, t, off)
         for sample in value.get("status") or []:
             if isinstance(sample, dict):
@@ -420,6 +379,10 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
             typ = ev.get("type")
             f = ev.get("f", "")
             value = ev.get("value") or {}
+            if proc == "monitor":
+                if f == "sample" and isinstance(value, dict):
+                    monitor.add(t, value, hlc_s)
+                continue
             if proc == "nemesis":
                 nemesis_events.append(
                     {"index": idx, "time_s": t, "f": f, "value": value, "type": typ}
@@ -470,6 +433,8 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
             cols["sum"].append(_summary(inv_f, inv_value))
             if inv_idx in witnesses:
                 event_time[inv_idx] = start
+            if inv_idx in witnesses or idx in witnesses:
+                witness_done[inv_idx] = ev
             if not isinstance(value, dict):
                 continue
             if inv_f == "ddl":
@@ -477,6 +442,8 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
                 ddl_l.append(lat_ms)
                 ddl_k.append(str(inv_value.get("kind", "?")))
                 ddl_o.append(typ)
+                version = value.get("catalog_version")
+                ddl_v.append(version if isinstance(version, int) else None)
             elif inv_f == "probe" and typ == "ok" and isinstance(node, str):
                 ts, cv = value.get("ts"), value.get("catalog_version")
                 ts_s = hlc_s(ts)
@@ -545,6 +512,21 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         for c in catalog.lines
         if int(c.get("catalog_version", 0)) > 1
     )
+    track = monitor.track()
+    if track.offsets_s.node:  # a steady 250 ms series reads better alone than with snapshots
+        offs = (
+            list(track.offsets_s.node),
+            list(track.offsets_s.time_s),
+            list(track.offsets_s.value),
+        )
+    if track.lag_ms.node:  # the monitor's series replace the few nemesis-time snapshots
+        lag = (list(track.lag_ms.node), list(track.lag_ms.time_s), list(track.lag_ms.value))
+    if track.versions.node:
+        status_v = (
+            list(track.versions.node),
+            list(track.versions.time_s),
+            list(track.versions.value),
+        )
     return RunData(
         run_dir=run_dir,
         run=run,
@@ -569,4 +551,7 @@ def load_run(run_dir: Path, results: Mapping[str, Any] | None = None) -> RunData
         witness_events=witness_raw,
         origin_s=origin_ns / 1e9,
         workload_end_s=(workload_end_ns - origin_ns) / 1e9,
+        monitor=track,
+        witness_completions=witness_done,
+        ddl_version=tuple(ddl_v),
     )

@@ -44,6 +44,7 @@ class RunEntry:
     verdict_text: str
     anomalies: int
     has_report: bool
+    has_timeline: bool  # timeline.html, the per-process view written beside the report
 
 
 def _load(path: Path) -> Any:
@@ -83,6 +84,7 @@ def find_runs(store: Path) -> list[RunEntry]:
                 verdict_text=text,
                 anomalies=anomalies,
                 has_report=(here / "report.html").exists(),
+                has_timeline=(here / "timeline.html").exists(),
             )
         )
     out.sort(key=lambda r: (r.started, r.rel), reverse=True)
@@ -115,6 +117,7 @@ def index_page(store: Path) -> bytes:
             "test": r.test,
             "seed": r.seed,
             "has_report": r.has_report,
+            "has_timeline": r.has_timeline,
             "link": quote(r.rel),
             "rel": r.rel,
         }

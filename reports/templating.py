@@ -53,3 +53,9 @@ def environment() -> Environment:
 
 def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(**context)
+
+
+def render_fragment(template: str, **context: Any) -> Markup:
+    """A template's output to be inlined in another page (an anomaly's SVG): it went through
+    this autoescaped environment already, so it is markup we made, not run data."""
+    return Markup(render(template, **context))

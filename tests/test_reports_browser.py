@@ -145,3 +145,60 @@ def test_nightly_page_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert not logs, logs
     ARTIFACTS.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "nightly.png"))
+
+
+def test_timeline_and_anomaly_picture_in_chromium(browser: Any) -> None:
+    """timeline.html draws, zooms to v3's activation and finds the txn that straddles it under
+    the mouse; the anomaly picture renders inline and as its own SVG file. Screenshots of each
+    are kept in test-artifacts/."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    fx = rendered_anomalous_run()
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.get((fx.run_dir / "timeline.html").resolve().as_uri())
+    _wait(browser, "return document.body.dataset.ready === '1'")
+    data = browser.execute_script(
+        "return JSON.parse(document.getElementById('pt-data').textContent)"
+    )
+    # something was drawn: the canvas holds many pixels of the ok colour
+    green = browser.execute_script(
+        """const c = document.getElementById('pt-canvas'), g = c.getContext('2d');
+        const px = g.getImageData(0, 0, c.width, c.height).data; let n = 0;
+        for (let i = 0; i < px.length; i += 4)
+          if (px[i] === 0x2c && px[i + 1] === 0xa0 && px[i + 2] === 0x2c) n++;
+        return n;"""
+    )
+    assert green > 2_000, green
+    assert browser.save_screenshot(str(ARTIFACTS / "timeline.png"))
+    v3 = next(a for a in data["activations"] if a["v"] == 3)
+    browser.execute_script(f"ptZoomTo({v3['t'] - 700}, {v3['t'] + 700})")
+    straddling = next(
+        i
+        for i in range(len(data["start"]))
+        if data["start"][i] < v3["t"] < data["end"][i] and data["proc"][i] == 3
+    )
+    x, y = browser.execute_script(f"return ptXY({v3['t']}, {data['lane'][straddling]})")
+    canvas = browser.find_element(By.ID, "pt-canvas")
+    ActionChains(browser).move_to_element_with_offset(
+        canvas, int(x - canvas.size["width"] / 2), int(y - canvas.size["height"] / 2)
+    ).perform()
+    tip = browser.find_element(By.ID, "pt-tip")
+    assert tip.is_displayed()
+    assert f"event {data['inv'][straddling]}  process 3  txn  info" in tip.text
+    assert browser.find_element(By.ID, "pt-range").text.startswith(f"{(v3['t'] - 700) / 1000:.3f}")
+    assert browser.save_screenshot(str(ARTIFACTS / "timeline-zoomed.png"))
+    logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not logs, logs
+    # the anomaly pictures: inline in the report, and each file opens as an SVG document
+    browser.get((fx.run_dir / "report.html").resolve().as_uri())
+    figure = browser.find_element(By.ID, "picture-1")
+    assert figure.find_element(By.CSS_SELECTOR, "svg.anomaly-picture").size["width"] > 500
+    browser.execute_script("arguments[0].scrollIntoView()", figure)
+    assert figure.screenshot(str(ARTIFACTS / "anomaly-picture.png"))
+    stats = browser.find_element(By.ID, "stats")
+    browser.execute_script("arguments[0].scrollIntoView()", stats)
+    assert stats.screenshot(str(ARTIFACTS / "report-stats.png"))
+    browser.get((fx.run_dir / "anomalies" / "ap-violation-1.svg").resolve().as_uri())
+    assert browser.execute_script("return document.documentElement.localName") == "svg"
+    assert browser.save_screenshot(str(ARTIFACTS / "anomaly-ap-violation-1.png"))

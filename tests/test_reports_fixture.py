@@ -64,6 +64,40 @@ class HistoryWriter:
     def nemesis(self, t_ms: float, f: str, value: dict[str, Any]) -> int:
         return self._add(t_ms, {"type": "info", "process": "nemesis", "f": f, "value": value})
 
+    def monitor(self, t_ms: float, value: dict[str, Any]) -> int:
+        return self._add(
+            t_ms, {"type": "info", "process": "monitor", "f": "sample", "value": value}
+        )
+
+
+MONITOR_MS = 250
+UNREADABLE = {(1750, "n3"), (6000, "n3")}  # samples where the monitor could not read n3
+
+
+def monitor_sample(ms: float) -> dict[str, Any]:
+    """What the controller's monitor reads at `ms` (history.md, "Monitor samples"): the voters'
+    safe time trails by 120 ms; the learner n4, cut off from 2 s to 4.5 s, keeps the safe time
+    and the catalog version it had when the partition started."""
+    value: dict[str, Any] = {}
+    for i, node in enumerate(("n1", "n2", "n3", "n4")):
+        if (ms, node) in UNREADABLE:
+            value[node] = {"error": "TIMEOUT"}
+            continue
+        cut_off = node == "n4" and 2000 <= ms <= 4500
+        safe_ms = 1880 if cut_off else ms - 120
+        value[node] = {
+            "catalog_version": _cat(safe_ms),
+            "safe_ts": hlc(safe_ms),
+            "safe_lag_ms": float(ms - safe_ms),
+            "role": "leader" if node == "n1" else "learner" if node == "n4" else "follower",
+            "term": 2,
+            "commit_index": int(ms // 50) - (40 if cut_off else 0),
+            "hlc_offset_ms": {"n1": 300.0, "n2": -200.0}.get(node, 0.0)
+            if 5200 <= ms <= 7000
+            else 0.4 * i,
+        }
+    return value
+
 
 # (catalog_version, safe_ms, ddl, t1 schema_version)
 CATALOG = [
@@ -157,8 +191,9 @@ def run_json(test: str = "fixture-learner-partition") -> dict[str, Any]:
     }
 
 
-def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
-    """The learner-partition run; with results=True also its hand-written results.json."""
+def write_anomalous_run(run_dir: Path, results: bool = True, monitor: bool = False) -> Fixture:
+    """The learner-partition run; with results=True also its hand-written results.json, with
+    monitor=True the controller's monitor samples every 250 ms through the workload."""
     run_dir.mkdir(parents=True, exist_ok=True)
     h = HistoryWriter()
     timeline: list[tuple[float, int, Any]] = []  # (ms, order, action) merged in time order
@@ -274,6 +309,10 @@ def write_anomalous_run(run_dir: Path, results: bool = True) -> Fixture:
     at(5200, lambda: h.nemesis(5200, "start-clock-skew", {"offsets": {"n1": 0.3, "n2": -0.2}}))
     at(7000, lambda: h.nemesis(7000, "heal-clock-skew", {"offsets": {"n1": 0.0, "n2": 0.0}}))
 
+    if monitor:
+        for ms in range(MONITOR_MS, 8000, MONITOR_MS):
+            at(ms, lambda ms=ms: h.monitor(ms, monitor_sample(ms)))
+
     def final_read() -> None:
         h.invoke(8200, 60, "final-read", {"table": "t1"})
         h.complete(
@@ -344,7 +383,7 @@ def rendered_anomalous_run() -> Fixture:
 
     root = Path(tempfile.mkdtemp(prefix="reports-fixture-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    fx = write_anomalous_run(root / "run")
+    fx = write_anomalous_run(root / "run", monitor=True)
     assert render_report(fx.run_dir) == fx.run_dir / "report.html"
     return fx
 
@@ -481,8 +520,8 @@ def test_reader_clock_starts_at_the_workload(tmp_path: Path) -> None:
     assert np.allclose(a.ops.start_s, b.ops.start_s) and a.ops.start_s.min() == 0.0
     for x, y in zip(a.windows, b.windows, strict=True):
         assert (x.start_s, x.end_s) == (pytest.approx(y.start_s), pytest.approx(y.end_s))
-    for x, y in zip(a.activations, b.activations, strict=True):
-        assert x.time_s == pytest.approx(y.time_s)
+    for act_a, act_b in zip(a.activations, b.activations, strict=True):
+        assert act_a.time_s == pytest.approx(act_b.time_s)
     for name in ("probe_versions", "op_version_skew", "clock_offsets_s", "safe_time_lag_ms"):
         sa, sb = getattr(a, name), getattr(b, name)
         assert np.allclose(sa.time_s, sb.time_s), name

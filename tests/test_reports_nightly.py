@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.nightly import NightlyCell, load_matrix, run_nightly
+from harness.cli import main
+from harness.nightly import NightlyCell, load_matrix, run_nightly
 from reports.rundata import load_run
 from tests.test_reports_fixture import write_anomalous_run, write_results
 
@@ -59,6 +60,33 @@ def fixture_runner(cell: NightlyCell, store: Path) -> Outcome:
     if not anomalous:
         write_results(run_dir, {"valid": True, "anomalies": [], "not_applicable": [], "errors": []})
     return Outcome(run_dir, 1 if anomalous else 0)
+
+
+def unanalyzed_runner(cell: NightlyCell, store: Path) -> Outcome:
+    """A cell that ran to its end with no analysis (harness_runner(analyze=False))."""
+    run_dir = store / f"nightly-{cell.name}" / "20260101T000000"
+    write_anomalous_run(run_dir, results=False)
+    return Outcome(run_dir, 0)
+
+
+@pytest.mark.spark
+def test_a_night_is_judged_together_after_its_cells(tmp_path: Path) -> None:
+    """The cells' runs are analyzed in one Spark application after the night: each gets its
+    results.json and report, and the checker's verdict (anomalies: exit 1) becomes the
+    cell's, so the baseline (expect nothing) is a mismatch and the night exits 1."""
+    store = tmp_path / "store"
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX.replace('name = "crashes"\nnemeses = ["none"]', 'name = "also"'))
+    result = run_nightly(
+        matrix, store, unanalyzed_runner, spark_master="local[1]", judge_together_after=True
+    )
+    assert result.outcomes and all(o.exit_code == 1 for o in result.outcomes)
+    for outcome in result.outcomes:
+        run_dir = Path(str(outcome.run_dir))
+        results = json.loads((run_dir / "results.json").read_text())
+        assert results["valid"] is False and results["anomalies"]
+        assert (run_dir / "report.html").is_file()
+    assert int(result) == 1
 
 
 def test_matrix_cells() -> None:
@@ -126,7 +154,8 @@ def test_nightly_runs_every_cell_and_summarizes(tmp_path: Path) -> None:
 def test_a_cell_is_judged_by_its_run_json_expect_as_the_gate(tmp_path: Path) -> None:
     """The expectation a cell is held to is the one its run.json records (what its report and
     junit.xml judge by), and the rule is the gate's: found == expect."""
-    from reports.nightly import Matrix, NemesisSpec, Scenario, _run_cells, _summary_html
+    from harness.nightly import Matrix, NemesisSpec, Scenario, run_cells
+    from reports.nightly import _summary_html
 
     def runner(cell: NightlyCell, store: Path) -> Outcome:
         run_dir = store / cell.name
@@ -137,7 +166,7 @@ def test_a_cell_is_judged_by_its_run_json_expect_as_the_gate(tmp_path: Path) -> 
         return Outcome(run_dir, 1)
 
     matrix = Matrix((Scenario("toggle"),), (NemesisSpec("none"),), (1,), {})
-    (outcome,) = _run_cells(matrix.cells(), tmp_path, runner)
+    (outcome,) = run_cells(matrix.cells(), tmp_path, runner)
     assert outcome.expect == ("ap-violation",)
     from reports.nightly import _judge, _judgement
 
@@ -182,3 +211,87 @@ def test_a_cell_is_judged_by_its_run_json_expect_as_the_gate(tmp_path: Path) -> 
     page = _summary_html(summary, [], 1)
     assert "Nightly n1: FAIL" in page and 'class="cell unexpected"' in page
     assert "<script>" not in page and "&lt;script&gt;" in page  # autoescaped
+
+
+# -- the matrix is checked whole: a name that refers to nothing is bad input (exit 254) -------
+
+ISSUE_21_MATRIX = """
+seeds = [1]
+
+[[scenario]]
+name = "baseline"
+nemeses = ["partition"]
+
+[[scenario]]
+name = "no-ack-wait"
+toggles = ["no-ack-wait"]
+expect = ["stale-schema-read"]
+
+[[nemesis]]
+name = "none"
+"""
+
+
+def test_a_scenario_naming_a_missing_nemesis_row_is_bad_input_not_a_silent_skip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21's "Why": the baseline said `nemeses = ["partition"]` with no such row, and the
+    night ran only the other scenario and passed. Now nothing runs and the exit is 254."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(ISSUE_21_MATRIX)
+    assert main(["nightly", "--matrix", str(matrix), "--store", str(tmp_path / "store")]) == 254
+    err = capsys.readouterr().err
+    assert "matrix.toml: scenario[0] (baseline).nemeses: unknown 'partition'" in err
+    assert "(allowed: none)" in err
+    assert not (tmp_path / "store").exists()  # no cell ran
+    # the other way: with the row, the baseline is in the night
+    matrix.write_text(
+        ISSUE_21_MATRIX + '\n[[nemesis]]\nname = "partition"\nkinds = ["partition"]\n'
+    )
+    cells = load_matrix(matrix).cells()
+    assert [c.name for c in cells] == [
+        "baseline--partition--s1",
+        "no-ack-wait--none--s1",
+        "no-ack-wait--partition--s1",
+    ]
+
+
+BAD_MATRICES = [
+    ('colour = "red"\n', "colour: unknown key (allowed: seeds, defaults, scenario, nemesis)"),
+    ('seeds = ["one"]\n', "seeds[0]: Input should be a valid integer"),
+    ("[defaults]\ntime_limit = 3\n", "defaults: unknown key 'time_limit' (allowed: backend,"),
+    (
+        '[defaults]\ntime_limit_s = "soon"\n',
+        "defaults.time_limit_s: Input should be a valid number",
+    ),
+    ('[[nemesis]]\nname = "x"\nkind = ["clock"]\n', "nemesis[0].kind: unknown key"),
+    ('[[nemesis]]\nname = "x"\nkinds = ["clok"]\n', "nemesis[0].kinds: unknown nemesis clok"),
+]
+GOOD_SCENARIO = '[[scenario]]\nname = "a"\n'
+BAD_SCENARIOS = [
+    ('toggles = "no-ack-wait"\n', "scenario[0].toggles: Input should be a valid list"),
+    ('toggles = ["no-ack-wiat"]\n', "scenario[0] (a).toggles: unknown 'no-ack-wiat'"),
+    ('expect = ["stale-read"]\n', "scenario[0] (a).expect: unknown 'stale-read'"),
+    ('workload = "ddl"\n', "scenario[0] (a).workload: unknown 'ddl' (allowed: ddl-dml"),
+    ("time_limit = 3\n", "scenario[0] (a): unknown key 'time_limit'"),
+    ("concurrency = [5]\n", "scenario[0] (a).concurrency: Input should be a valid integer"),
+    ("nemeses = []\n", "scenario[0] (a).nemeses: empty, so it selects no cell"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [(t + GOOD_SCENARIO, n) for t, n in BAD_MATRICES]
+    + [(GOOD_SCENARIO + t, n) for t, n in BAD_SCENARIOS],
+)
+def test_a_matrix_with_an_unknown_key_type_or_name_exits_254_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, names: str
+) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(text)
+    assert main(["nightly", "--matrix", str(matrix), "--store", str(tmp_path / "store")]) == 254
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{matrix}: {names}" in err, err
+    # the other way: the same file without the offending text is a valid matrix
+    matrix.write_text(GOOD_SCENARIO)
+    assert [c.name for c in load_matrix(matrix).cells()] == ["a--none--s0"]

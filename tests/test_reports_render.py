@@ -207,6 +207,7 @@ def test_banner_junit_and_nightly_agree_with_the_gate(
     data = load_run(fx.run_dir)
     assert data.results is not None
     root = junit_tree(data.results, data.run).getroot()
+    assert root is not None
     failures = {c.get("name") for c in root.iter("testcase") if c.find("failure") is not None}
     assert failures == failed
     assert root.get("failures") == str(len(failed))
@@ -232,6 +233,7 @@ def test_unknown_verdict_is_never_as_expected(tmp_path: Path) -> None:
     data = load_run(tmp_path / "unknown")
     assert data.results is not None
     root = junit_tree(data.results, data.run).getroot()
+    assert root is not None
     assert root.get("errors") == "1" and root.get("failures") == "0"
     assert 'data-gate="unknown"' in build_report_html(data, [], "x")
 

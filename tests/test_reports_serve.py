@@ -27,6 +27,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (newer / "run.json").write_text(json.dumps({**run, "start_wall_ms": run["start_wall_ms"] + 1}))
     write_results(newer, {"valid": True, "anomalies": [], "not_applicable": [], "errors": []})
     (newer / "report.html").write_text("<html><body>a valid run</body></html>")
+    (newer / "timeline.html").write_text("<html><body>its timeline</body></html>")
     write_unknown_run(store / "broken" / "20251231T000000")
     (tmp_path / "secret.txt").write_text("TOP-SECRET")
     (newer / "escape").symlink_to(tmp_path / "secret.txt")
@@ -70,6 +71,9 @@ def test_lists_runs_newest_first_coloured_by_verdict(server: StoreServer) -> Non
     assert 'class="run valid"' in page and 'class="run invalid"' in page
     assert 'class="run unknown"' in page
     assert "/files/learner/20260102T000000/report.html" in page
+    # a run with a timeline.html links it; one without does not
+    assert "/files/learner/20260102T000000/timeline.html" in page
+    assert "/files/learner/20260101T000000/timeline.html" not in page
 
 
 def test_serves_a_report_and_its_files(server: StoreServer) -> None:

@@ -113,7 +113,7 @@ MATRIX: dict[str, Entry] = {
         },
     ),
     "skip-index-states": Entry("scenarios/skip-index-states.toml", 12.0),
-    "no-safe-time-recovery": Entry("scenarios/no-safe-time-recovery.toml", 15.0),
+    "no-safe-time-recovery": Entry("scenarios/no-safe-time-recovery.toml", 19.0),
 }
 # every nemesis, every toggle off: valid
 BASELINE = Entry("scenarios/baseline.toml", 20.0)
@@ -237,7 +237,7 @@ def _events(run_dir: Path) -> dict[int, dict[str, Any]]:
 def workload_start_ns(events: dict[int, dict[str, Any]]) -> int:
     """The controller time of the first client invoke: time 0 of the history is taken before
     the cluster is provisioned, so witness times are measured from here."""
-    times = [e["time"] for e in events.values() if e.get("process") != "nemesis"]
+    times = [e["time"] for e in events.values() if isinstance(e.get("process"), int)]
     return int(min(times)) if times else 0
 
 

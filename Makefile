@@ -4,17 +4,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SYSTEM_PACKAGES := debootstrap faketime iptables iproute2 chromium chromium-driver openssh-client
 
-.PHONY: setup system venv images run test lint clean
+.PHONY: setup system venv images run test lint clean lock
 
 setup: system venv
 
 system:
 	@bash .ci/system-packages.sh $(SYSTEM_PACKAGES)
 
-$(STAMP): pyproject.toml
+# The venv is installed from the lock file (exact versions of every package, transitive ones
+# included); pyproject.toml keeps the ranges. `make lock` rewrites the lock after a change there.
+$(STAMP): pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -r requirements.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -27,13 +30,17 @@ run: setup
 
 test: setup
 	$(VENV)/bin/schemachaos images build
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -q -ra --durations=30
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports
+	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports targets sim
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+
+lock: venv
+	$(VENV)/bin/pip install -q pip-tools==7.6.2
+	$(VENV)/bin/pip-compile -q --strip-extras --extra dev --no-emit-index-url -o requirements.lock pyproject.toml
 
 clean: venv
 	$(VENV)/bin/schemachaos clean

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cluster import ClusterSpec, docker_answers, provision
 from harness.images import ensure_images
-from harness.target_schemasync import SchemaSyncTarget
+from targets.schemasync import SchemaSyncTarget
 
 TARGETS_S = {"cached build": 5.0, "docker ready": 20.0, "docker teardown": 5.0}
 

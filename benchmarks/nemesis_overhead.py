@@ -26,12 +26,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cluster import ClusterSpec, provision
-from harness.target_schemasync import SchemaSyncTarget
 from nemesis.clock import reset_clocks, start_clock
 from nemesis.context import NemesisContext
 from nemesis.lagging import start_lagging, stop_lagging
 from nemesis.partition import grudge, heal_partition, start_partition
 from nemesis.process import restart, resume, start_kill, start_pause
+from targets.schemasync import SchemaSyncTarget
 
 TARGET_S = 1.0
 Action = Callable[[NemesisContext], Awaitable[dict[str, Any]]]

@@ -202,7 +202,7 @@ def measure_docker_phases(seconds: float, rounds: int, concurrency: int) -> list
 
     from harness.cluster import ClusterSpec, provision
     from harness.images import ensure_images
-    from harness.target_schemasync import SchemaSyncTarget
+    from targets.schemasync import SchemaSyncTarget
 
     root = Path(tempfile.mkdtemp(prefix="wl-bench-docker-"))
     spec = ClusterSpec(backend="docker", nodes=5, voters=3, image=ensure_images().node)

@@ -10,251 +10,49 @@ flag, file, key or host; a history that breaks the contract is a verdict (2), no
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import sys
 import time
-import tomllib
 import traceback
 from collections.abc import Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from harness.cli_parser import build_parser
 from harness.cluster import ProvisionError, docker_answers, resolve_backend
+from harness.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
+from harness.nightly import (
+    MatrixError,
+    NightlyCell,
+    RunOutcomeLike,
+    harness_runner,
+    load_matrix,
+    run_nightly,
+)
+from harness.options import RunOptions, options_from_run_json, target_config
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
 from harness.remote_ssh import NodesFileError, load_nodes_file
-from harness.run import (
-    EXIT_INTERRUPTED,
-    EXIT_UNKNOWN,
-    RunOptions,
-    build_schedule,
-    options_from_run_json,
-    run_test,
-)
-from harness.targets import TARGETS
+from harness.run import RunOutcome, build_schedule, run_test
+from harness.spark_cli import cmd_spark
+from harness.target import SettingsChecker, SettingsError
 from nemesis import parse_kinds
+from nemesis.registry import NEMESES
 from reports.expectation import judge
 from schemasync.toggles import ALL_TOGGLES
+from sim.run import SimOutcome, run_sim
+from sim.sweep import run_sweep_args
+from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
 from workloads.scenario import ScenarioError, load_run_options, load_scenario
 
-EXIT_BAD_INPUT = 254  # Jepsen's: the arguments (or a file they name) are wrong; nothing ran
-EXIT_CRASH = 255  # a bug in the tool: a traceback and this code, never for bad input
-ROOT_NEMESES = frozenset({"partition", "lagging-learner"})  # iptables/tc on the host
+ROOT_NEMESES = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
 
 
 class BadInput(Exception):
     """Input the tool refuses: printed as one line, exit 254."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage dump) and exit 254."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port (0..65535): {value}")
-    return value
-
-
-def _loopback_base(text: str) -> str:
-    """--local-base: node i binds base + i, so the base must be a 127.0.0.0/8 address."""
-    try:
-        address = ipaddress.IPv4Address(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an IPv4 address: {text!r}") from None
-    if not address.is_loopback:
-        raise argparse.ArgumentTypeError(f"not in 127.0.0.0/8: {text}")
-    return text
-
-
-def _version() -> str:
-    """The installed distribution's version: pyproject's, the one a bug report should name."""
-    try:
-        return metadata.version("schemachaos")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed: pip install .)"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="schemachaos",
-        description="Jepsen-style chaos testing of schema synchronization.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
-    run = sub.add_parser(
-        "run",
-        help="run a chaos test end to end",
-        description=(
-            "Provision a cluster, run the workload with the nemesis, record the history, "
-            "analyze it. Flags override the fields of --scenario."
-        ),
-    )
-    run.add_argument(
-        "--backend",
-        choices=["auto", "docker", "local", "ssh"],
-        default=None,
-        help="where nodes run (auto: docker when an engine answers, else local)",
-    )
-    run.add_argument("--nodes", type=_positive_int, default=None, help="node count (5)")
-    run.add_argument(
-        "--voters",
-        type=_positive_int,
-        default=None,
-        help="Meta Storage voters, the first N nodes (3); the rest are learners",
-    )
-    run.add_argument(
-        "--nodes-file",
-        type=Path,
-        default=None,
-        help="TOML of [[nodes]] name, host, port, user, key (ssh backend)",
-    )
-    run.add_argument(
-        "--time-limit", type=_positive_float, default=None, help="seconds of workload (60)"
-    )
-    run.add_argument("--concurrency", type=_positive_int, default=None, help="client processes (5)")
-    run.add_argument(
-        "--nemesis",
-        default=None,
-        help="comma list of fault kinds, 'all' or 'none' (all; on the local backend without "
-        "root, the kinds that need no root)",
-    )
-    run.add_argument(
-        "--nemesis-interval", type=_positive_float, default=None, help="seconds between faults (10)"
-    )
-    run.add_argument("--workload", default=None, help="workload name (ddl-dml)")
-    run.add_argument(
-        "--toggle",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="enable a bug toggle (repeatable)",
-    )
-    run.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (0)")
-    run.add_argument("--store", type=Path, default=None, help="results store (./store)")
-    run.add_argument("--scenario", type=Path, default=None, help="scenario file (TOML)")
-    run.add_argument(
-        "--delay-ms", type=_positive_int, default=None, help="delay duration DD in ms (500)"
-    )
-    run.add_argument(
-        "--max-skew-ms",
-        type=_non_negative_int,
-        default=None,
-        help="max clock skew CSmax in ms (500)",
-    )
-    run.add_argument("--test-name", default=None, help="name of the test in the store")
-    run.add_argument("--target", default=None, help="database under test (schemasync)")
-    run.add_argument("--spark-master", default=None, help="Spark master for the checker")
-    run.add_argument(
-        "--ready-timeout",
-        type=_positive_float,
-        default=None,
-        help="seconds to wait for the cluster to be ready (60)",
-    )
-    run.add_argument(
-        "--local-base",
-        type=_loopback_base,
-        default=None,
-        help="local backend: node i binds base+i (127.0.0.10 -> n1 on 127.0.0.11)",
-    )
-    run.add_argument("--no-analyze", action="store_true", help="record only; no checker, no report")
-    run.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="show nothing while the run goes (default: a live panel on a terminal, else one "
-        "line per phase and per fault)",
-    )
-    run.add_argument(
-        "-v", "--verbose", action="store_true", help="also stream controller.log to stderr"
-    )
-    run.add_argument(
-        "--gate",
-        action="store_true",
-        help="exit 0 only if the anomaly classes found are exactly the scenario's `expect`",
-    )
-
-    analyze = sub.add_parser("analyze", help="check a stored run (writes results.json)")
-    analyze.add_argument(
-        "run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="one or more run directories"
-    )
-    analyze.add_argument("--spark-master", default="local[*]")
-
-    report = sub.add_parser("report", help="render report.html, junit.xml and plots of a run")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-
-    repro = sub.add_parser("repro", help="run again with a stored run's seed and options")
-    repro.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    repro.add_argument("--backend", choices=["auto", "docker", "local", "ssh"], default=None)
-    repro.add_argument("--store", type=Path, default=None)
-    repro.add_argument("--no-analyze", action="store_true")
-    repro.add_argument("--no-progress", action="store_true")
-    repro.add_argument("-v", "--verbose", action="store_true")
-
-    serve = sub.add_parser("serve", help="browse the store over HTTP")
-    serve.add_argument("--store", type=Path, default=Path("store"))
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8080)
-
-    images = sub.add_parser("images", help="node images")
-    images_sub = images.add_subparsers(dest="images_command", required=True, parser_class=Parser)
-    build = images_sub.add_parser("build", help="build the node image (cached by content hash)")
-    build.add_argument("--force", action="store_true", help="rebuild even when tags exist")
-
-    clean = sub.add_parser(
-        "clean",
-        help="remove every container, network, process and iptables rule left by schemachaos",
-    )
-    clean.add_argument("--store", type=Path, default=Path("store"))
-    clean.add_argument("--run-id", default=None, help="only what this run left")
-    clean.add_argument(
-        "--nodes-file", type=Path, default=None, help="also clean the ssh backend's hosts"
-    )
-
-    nightly = sub.add_parser("nightly", help="run a matrix of scenarios and gate on the results")
-    nightly.add_argument("--matrix", type=Path, required=True, metavar="FILE")
-    nightly.add_argument("--store", type=Path, default=Path("store"))
-    nightly.add_argument("--backend", choices=["auto", "docker", "local", "ssh"], default=None)
-    return parser
 
 
 # -- run -----------------------------------------------------------------------------------
@@ -287,6 +85,13 @@ def _validate(opts: RunOptions) -> None:
         raise BadInput(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
     if opts.target not in TARGETS:
         raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
+    target = load_target(opts.target)
+    if isinstance(target, SettingsChecker):
+        try:
+            target.check_settings(target_config(opts))
+        except SettingsError as e:
+            where = "--target" if opts.scenario is None else f"--scenario: {opts.scenario}"
+            raise BadInput(f"{where}: target.{e.key}: {e.why}") from e
     for toggle in opts.toggles:
         if toggle not in ALL_TOGGLES:
             raise BadInput(
@@ -359,6 +164,7 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
         "test_name": args.test_name,
         "target": args.target,
         "spark_master": args.spark_master,
+        "spark_remote": args.spark_remote,
         "ready_timeout_s": args.ready_timeout,
         "local_base": args.local_base,
     }
@@ -377,6 +183,10 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
 def _execute(
     opts: RunOptions, show_progress: bool, default_nemesis: bool = False, verbose: bool = False
 ) -> tuple[int, Path]:
+    if opts.backend == "sim":
+        # the same run directory, made in one process on virtual time (docs/simulation.md)
+        outcome: RunOutcome | SimOutcome = run_sim(replace(opts, store=opts.store.resolve()))
+        return _report_outcome(outcome)
     try:
         backend, why = resolve_backend(opts.backend)
     except ProvisionError as e:
@@ -400,6 +210,11 @@ def _execute(
         display = run_display(verbose) if show_progress else LineProgress(sys.stderr, verbose)
         with display:
             outcome = run_test(opts, progress=display.update if show_progress else None)
+    return _report_outcome(outcome)
+
+
+def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
+    """The run's last line: its directory, verdict, the faults that ran and the exit code."""
     results_path = outcome.run_dir / "results.json"
     verdict = "not analyzed"
     if results_path.is_file():
@@ -484,7 +299,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     run_dirs = [_run_dir(d) for d in args.run_dirs]  # all checked before Spark starts
     from checker.analyze import analyze_runs, combined_exit_code  # pyspark: only now
 
-    all_results = analyze_runs(run_dirs, spark_master=args.spark_master)
+    all_results = analyze_runs(
+        run_dirs, spark_master=args.spark_master, spark_remote=args.spark_remote
+    )
     for run_dir, results in zip(run_dirs, all_results, strict=True):
         anomalies = results.get("anomalies", [])
         print(f"{run_dir}: valid={results.get('valid')}, {len(anomalies)} anomalies")
@@ -554,74 +371,27 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-MATRIX_SHAPE = {  # top-level key of a nightly matrix -> its type and how to say it
-    "seeds": (list, "a list of integers"),
-    "defaults": (dict, "a table"),
-    "scenario": (list, "an array of tables ([[scenario]])"),
-    "nemesis": (list, "an array of tables ([[nemesis]])"),
-}
-
-
 def _check_matrix(path: Path) -> None:
     """The whole matrix is read before the first cell runs: a typo in it, or in a scenario
     file it names, is bad input now, not a failed cell hours into the night."""
-    from reports.nightly import load_matrix
-
     if not path.is_file():
         raise BadInput(f"--matrix: file not found: {path}")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise BadInput(f"--matrix: {path}: cannot read: {e.strerror or e}") from e
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # the line and column
-        raise BadInput(f"--matrix: {path}: not valid TOML: {e}") from e
-    for key, value in raw.items():
-        if key not in MATRIX_SHAPE:
-            raise BadInput(
-                f"--matrix: {path}: {key}: unknown key (known: {', '.join(MATRIX_SHAPE)})"
-            )
-        kind, shape = MATRIX_SHAPE[key]
-        if not isinstance(value, kind):
-            raise BadInput(f"--matrix: {path}: {key}: must be {shape}")
-        if key in ("scenario", "nemesis"):
-            for i, entry in enumerate(value):
-                if not isinstance(entry, dict):
-                    raise BadInput(f"--matrix: {path}: {key} #{i + 1}: must be a table")
-                for name in ("toggles", "expect", "nemeses", "kinds"):
-                    if name in entry and not isinstance(entry[name], list):
-                        raise BadInput(f"--matrix: {path}: {key} #{i + 1}: {name}: must be a list")
-    try:
         matrix = load_matrix(path)
-    except (ValueError, TypeError, KeyError) as e:  # load_matrix's own name the file
-        why = str(e) if str(e).startswith(f"{path}:") else f"{path}: {type(e).__name__}: {e}"
-        raise BadInput(f"--matrix: {why}") from e
-    for nemesis in matrix.nemeses:
-        try:
-            parse_kinds(nemesis.kinds)
-        except ValueError as e:
-            raise BadInput(f"--matrix: {path}: nemesis {nemesis.name!r}: kinds: {e}") from e
+    except MatrixError as e:
+        raise BadInput(f"--matrix: {e}") from e
     for scenario in matrix.scenarios:
-        where = f"--matrix: {path}: scenario {scenario.name!r}"
-        unknown = sorted(set(scenario.toggles) - ALL_TOGGLES)
-        if unknown:
-            raise BadInput(f"{where}: toggles: unknown {unknown}")
-        named = sorted(set(scenario.nemeses or ()) - {n.name for n in matrix.nemeses})
-        if named:
-            raise BadInput(f"{where}: nemeses: no [[nemesis]] named {named}")
-        if scenario.workload is not None and scenario.workload not in WORKLOADS:
-            raise BadInput(f"{where}: workload: unknown workload {scenario.workload!r}")
         if scenario.scenario_file:
             try:
                 load_scenario(Path(scenario.scenario_file))
             except ScenarioError as e:
-                raise _scenario_problem(f"{where}: scenario_file", e) from e
+                where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
+                raise _scenario_problem(where, e) from e
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from reports.nightly import NightlyCell, RunOutcomeLike, harness_runner, run_nightly
-
     _check_matrix(args.matrix)
-    run_cell = harness_runner(args.backend)
+    run_cell = harness_runner(args.backend, analyze=False)  # judged together after the night
 
     def run_or_stop(cell: NightlyCell, store: Path) -> RunOutcomeLike:
         """Ctrl-C stops the night, not only the cell it came in (run_test absorbs it)."""
@@ -630,7 +400,10 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
         return outcome
 
-    return run_nightly(args.matrix, store=args.store.resolve(), runner=run_or_stop).exit_code
+    night = run_nightly(
+        args.matrix, store=args.store.resolve(), runner=run_or_stop, judge_together_after=True
+    )
+    return night.exit_code
 
 
 COMMANDS = {
@@ -641,6 +414,8 @@ COMMANDS = {
     "serve": cmd_serve,
     "clean": cmd_clean,
     "nightly": cmd_nightly,
+    "sweep": run_sweep_args,
+    "spark": cmd_spark,
 }
 
 

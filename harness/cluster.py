@@ -21,17 +21,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from harness.cluster_spec import (
+    IPTABLES_COMMENT,
+    REMOTE_IPTABLES_CLEAN,
+    SSH_ROOT,
+    ClusterSpec,
+    ProvisionError,
+)
 from harness.remote import Remote, RemoteError
 
 log = logging.getLogger("schemachaos.cluster")
 
 BACKENDS = ("auto", "docker", "local", "ssh")
-IPTABLES_COMMENT = "schemachaos"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class ProvisionError(Exception):
-    """The cluster could not be set up; the message is one line naming the cause."""
 
 
 @dataclass
@@ -55,19 +57,6 @@ class Cluster:
     @property
     def hosts(self) -> dict[str, str]:
         return {n: self.remotes[n].host for n in self.nodes}
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """What to provision: backend, node count, voters, and backend specifics."""
-
-    backend: str = "auto"
-    nodes: int = 5
-    voters: int = 3
-    nodes_file: Path | None = None
-    image: str | None = None
-    local_base: str = "127.0.0.10"
-    ready_timeout_s: float = 60.0
 
 
 def node_names(count: int) -> list[str]:
@@ -115,6 +104,10 @@ def provision(spec: ClusterSpec, run_id: str, work_dir: Path) -> Iterator[Cluste
     (work_dir / "RUN_ID").write_text(run_id + "\n")
     cleanups: list[Any] = [lambda: shutil.rmtree(work_dir, ignore_errors=True)]
     try:
+        from harness.reaper import start_run_guard
+
+        # before any node: removes the run's nodes if this controller dies, even by SIGKILL
+        cleanups.append(start_run_guard(backend, spec, run_id, work_dir).close)
         if backend == "docker":
             cluster = _provision_docker(spec, run_id, work_dir, cleanups)
         elif backend == "local":
@@ -311,14 +304,6 @@ def remove_iptables_rules(addresses: list[str] | None = None) -> list[str]:
     return removed
 
 
-SSH_ROOT = "/var/tmp/schemachaos"
-REMOTE_IPTABLES_CLEAN = (
-    "for t in filter mangle nat raw; do iptables -w -t $t -S 2>/dev/null "
-    f"| grep -F -- '--comment {IPTABLES_COMMENT}' | sed 's/^-A /-D /' "
-    '| while read -r rule; do eval iptables -w -t $t "$rule" && echo removed; done; done; true'
-)
-
-
 def clean_ssh_hosts(nodes_file: Path) -> list[str]:
     """On the hosts of a nodes file: kill our node processes, delete our iptables rules."""
     from harness.remote_ssh import SshRemote, load_nodes_file
@@ -352,13 +337,19 @@ def clean(
     removed: list[str] = []
     try:
         from harness.remote_docker import docker_client, remove_run
+        from harness.spark_cluster import spark_down
 
         removed += remove_run(docker_client(timeout=10), run_id)
+        if run_id is None:  # a Spark cluster belongs to no run: only a full clean removes it
+            removed += spark_down(docker_client(timeout=10))
     except Exception as e:
         if "unreachable" not in str(e):
             raise
     removed += [f"process {pid}" for pid in kill_tagged(run_id)]
     removed += remove_iptables_rules(None)
+    from harness.reaper import remove_guards
+
+    removed += remove_guards(run_id)  # the runs' reaper containers and local watchdogs
     if store is not None and store.is_dir():
         for tmp in store.glob("*/*/.tmp"):
             tag = tmp / "RUN_ID"

@@ -169,13 +169,25 @@ def _debootstrap(rootfs: Path, mirror: str, progress: Progress) -> None:
     for d in ("run/sshd", "root/.ssh", "var/lib/schemasync", "opt/schemachaos"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
     (rootfs / "root/.ssh").chmod(0o700)
+    drop_apt_caches(rootfs)
+
+
+def drop_apt_caches(rootfs: Path) -> None:
+    """Remove the downloaded packages and lists: they only make the image bigger."""
     for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
         for p in (rootfs / junk).glob("*"):
             if p.is_file():
                 p.unlink()
 
 
-def _import_rootfs(client: object, rootfs: Path, tag: str, progress: Progress) -> None:
+def import_rootfs(
+    client: object,
+    rootfs: Path,
+    tag: str,
+    progress: Progress,
+    changes: list[str],
+) -> None:
+    """`docker import` of a debootstrapped tree as `tag`, with Dockerfile `changes`."""
     repo, _, version = tag.partition(":")
     progress(f"docker import {tag}")
     tar = subprocess.Popen(
@@ -190,7 +202,7 @@ def _import_rootfs(client: object, rootfs: Path, tag: str, progress: Progress) -
             stream_src=True,
             repository=repo,
             tag=version,
-            changes=BASE_CHANGES,
+            changes=changes,
         )
     finally:
         tar.stdout.close()
@@ -205,7 +217,7 @@ def build_base(client: object, tag: str, progress: Progress, mirror: str | None 
     try:
         rootfs = tmp / "rootfs"
         _debootstrap(rootfs, mirror or apt_mirror(), progress)
-        _import_rootfs(client, rootfs, tag, progress)
+        import_rootfs(client, rootfs, tag, progress, BASE_CHANGES)
     finally:
         remove_rootfs(tmp, progress)
 
@@ -299,25 +311,57 @@ def ensure_images(
     docker_client = client or docker.from_env()
     base = base_tag()
     node = node_tag(base)
-    if force or not image_exists(docker_client, base):
-        build_base(docker_client, base, progress)
-    else:
-        progress(f"{base} is up to date")
-    if force or not image_exists(docker_client, node):
-        build_node(docker_client, base, node, progress)
-        prune_old_images(docker_client, keep={base, node}, progress=progress)
-    else:
-        progress(f"{node} is up to date")
+    ensure_layered(
+        docker_client,
+        base,
+        node,
+        build_base=lambda: build_base(docker_client, base, progress),
+        build_top=lambda: build_node(docker_client, base, node, progress),
+        prune_repos=(NODE_REPO, BASE_REPO),
+        progress=progress,
+        force=force,
+    )
     return ImageTags(base=base, node=node)
 
 
-def prune_old_images(
-    client: object, keep: set[str], progress: Progress = _noop, spare: int = 2
+def ensure_layered(
+    client: object,
+    base: str,
+    tag: str,
+    *,
+    build_base: Callable[[], None],
+    build_top: Callable[[], None],
+    prune_repos: tuple[str, ...] = (),
+    progress: Progress = _noop,
+    force: bool = False,
+    spare: int = 2,
 ) -> None:
-    """Remove superseded node/base tags, sparing the newest few (another run may still use one)."""
+    """Build `base` and then `tag` on it, each only where missing (or `force`); after a new
+    `tag`, remove the superseded tags of `prune_repos`."""
+    if force or not image_exists(client, base):
+        build_base()
+    else:
+        progress(f"{base} is up to date")
+    if force or not image_exists(client, tag):
+        build_top()
+        if prune_repos:
+            prune_old_images(client, {base, tag}, progress, spare, prune_repos)
+    else:
+        progress(f"{tag} is up to date")
+
+
+def prune_old_images(
+    client: object,
+    keep: set[str],
+    progress: Progress = _noop,
+    spare: int = 2,
+    repos: tuple[str, ...] = (NODE_REPO, BASE_REPO),
+) -> None:
+    """Remove superseded tags of `repos`, sparing the newest few (another run may still use
+    one)."""
     import docker.errors
 
-    for repo in (NODE_REPO, BASE_REPO):
+    for repo in repos:
         images = client.images.list(name=repo)  # type: ignore[attr-defined]
         images.sort(key=lambda i: i.attrs.get("Created", ""), reverse=True)
         old = [i for i in images if not set(i.tags) & keep][spare:]

@@ -1,9 +1,12 @@
 """What a run was made with, for run.json's `provenance`: the harness's version and git commit,
-the node image tags, the target, and the Python, PySpark and Java that ran and judged it.
+the node image tags, the target and its version, and the Python, PySpark and Java that ran
+and judged it.
 
 A stored run must be traceable to what it tested. Everything here is cheap (a `git rev-parse`,
 package metadata, one `java -version` per process), each with a short timeout, and every
-answer degrades to "unknown" rather than failing or slowing a run.
+answer degrades to "unknown" rather than failing or slowing a run. The target's version is
+asked of the target itself (`VersionReporter`) once its cluster is set up: no target is named
+here.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from harness.target import VersionReporter
 
 UNKNOWN = "unknown"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -78,27 +83,27 @@ def java_version() -> str:
     return lines[0].strip() if lines else UNKNOWN
 
 
-def target_version(target: str, backend: str, commit: str) -> str:
-    """What is known without asking a node: schemasync is this tree (its commit), PostgreSQL
-    on docker is the major version the image installs; on a host's own binaries, unknown."""
-    if target == "schemasync":
-        return f"in-tree at {commit}"
-    if target == "postgres" and backend == "docker":
-        from harness.images_postgres import PG_MAJOR
+def target_version(target: object, node: str) -> str:
+    """The version of the software `node` runs, if the target can tell (`VersionReporter`);
+    "unknown" otherwise or when asking fails: provenance never fails a run."""
+    if not isinstance(target, VersionReporter):
+        return UNKNOWN
+    try:
+        return target.software_version(node) or UNKNOWN
+    except Exception:  # a node that cannot answer: the run goes on, the record says so
+        return UNKNOWN
 
-        return f"PostgreSQL {PG_MAJOR}"
-    return UNKNOWN
 
-
-def provenance(target: str, backend: str, harness_version: str) -> dict[str, Any]:
+def provenance(target: str, harness_version: str) -> dict[str, Any]:
     """run.json's `provenance` before provisioning; `images` is filled in once the docker
-    backend has resolved the image tags (the run rewrites run.json then)."""
+    backend has resolved the image tags, the target's version once a node can be asked
+    (`target_version`; the run rewrites run.json then)."""
     git = git_state()
     return {
         "harness_version": harness_version,
         "git_commit": git["commit"],
         "git_dirty": git["dirty"],
-        "target": {"name": target, "version": target_version(target, backend, git["commit"])},
+        "target": {"name": target, "version": UNKNOWN},
         "images": {},
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "pyspark": distribution_version("pyspark"),

@@ -6,12 +6,18 @@ every target action goes through it, so each works on docker, local and ssh alik
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import shlex
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
+P = ParamSpec("P")
+T = TypeVar("T")
 SIGNALS = frozenset({"TERM", "KILL", "STOP", "CONT", "INT", "HUP", "USR1", "USR2"})
 
 
@@ -84,3 +90,34 @@ def check_result(node: str, cmd: str, result: CommandResult, check: bool) -> Com
             result,
         )
     return result
+
+
+def on_each_node(fn: Callable[[str], object], nodes: Sequence[str]) -> None:
+    """fn(node) for every node at once, one thread each (Remote calls block); the first
+    failure is raised once all have finished. For sync code only: async code uses
+    `in_thread` instead."""
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        for future in [pool.submit(fn, n) for n in nodes]:
+            future.result()
+
+
+async def run_to_end(work: Awaitable[T]) -> T:
+    """Await work to its end even when the caller is cancelled meanwhile, then pass the
+    cancellation on: what is half done (a node provisioned, a log copied) is finished and
+    known before teardown, instead of racing it."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+async def in_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """The one seam where a blocking call (Remote, the docker SDK, a subprocess) leaves the
+    event loop: a thread of its own, run to its end (a thread cannot be interrupted)."""
+    return await run_to_end(asyncio.to_thread(functools.partial(fn, *args, **kwargs)))

@@ -14,10 +14,13 @@ import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import paramiko
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from harness.remote import CommandResult, RemoteError, check_result, pkill_command
+from workloads.config_errors import first_problem
 
 
 @dataclass(frozen=True)
@@ -36,41 +39,70 @@ class NodesFileError(Exception):
     """The --nodes-file is missing or malformed; the message names file and entry."""
 
 
+class NodeEntry(BaseModel):
+    """One `[[node]]` table."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: Annotated[StrictStr, Field(min_length=1)]
+    host: Annotated[StrictStr, Field(min_length=1)]
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 22
+    user: StrictStr = "root"
+    key: StrictStr | None = None  # a private key's path
+    known_hosts: StrictStr | None = None  # default: ~/.ssh/known_hosts
+
+
+class NodesFile(BaseModel):
+    """The nodes file: `[[node]]` tables (`[[nodes]]` is accepted too), nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    node: list[NodeEntry] | None = None
+    nodes: list[NodeEntry] | None = None
+
+
+def _nodes_problem(path: Path, error: ValidationError) -> NodesFileError:
+    """`<file>: node[i]: <key> <why>`: an entry's problems name the entry, then the key."""
+    key, why = first_problem(NodesFile, error)
+    entry, _, field = key.partition("].")
+    if not field:
+        return NodesFileError(f"{path}: {key}: {why}")
+    if why == "is required":
+        return NodesFileError(f"{path}: {entry}]: {field} is required (a string)")
+    return NodesFileError(f"{path}: {entry}]: {field}: {why}")
+
+
 def load_nodes_file(path: Path) -> list[SshHost]:
     """TOML: [[node]] (or [[nodes]]) name, host, port, user, key (private key path),
-    known_hosts (optional; default ~/.ssh/known_hosts)."""
+    known_hosts (optional; default ~/.ssh/known_hosts). Unknown keys and wrong types are
+    refused naming the entry, the key and what is allowed."""
     if not path.is_file():
         raise NodesFileError(f"nodes file not found: {path}")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise NodesFileError(f"{path}: not valid TOML: {e}") from e
-    key_name = "node" if "node" in data else "nodes"
-    entries = data.get(key_name)
-    if not isinstance(entries, list) or not entries:
+    try:
+        parsed = NodesFile.model_validate(data)
+    except ValidationError as e:
+        raise _nodes_problem(path, e) from None
+    entries = parsed.node if parsed.node is not None else parsed.nodes
+    if not entries:
         raise NodesFileError(f"{path}: needs at least one [[node]] table")
+    key_name = "node" if parsed.node is not None else "nodes"
     hosts: list[SshHost] = []
     for i, entry in enumerate(entries):
-        where = f"{path}: {key_name}[{i}]"
-        if not isinstance(entry, dict):
-            raise NodesFileError(f"{where}: not a table")
-        for key in ("name", "host"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise NodesFileError(f"{where}: {key} is required (a string)")
-        port = entry.get("port", 22)
-        if not isinstance(port, int) or not 0 < port < 65536:
-            raise NodesFileError(f"{where}: port must be an integer 1..65535")
-        key_path = entry.get("key")
-        if key_path is not None and not Path(key_path).expanduser().is_file():
-            raise NodesFileError(f"{where}: key file not found: {key_path}")
+        key_path = Path(entry.key).expanduser() if entry.key else None
+        if key_path is not None and not key_path.is_file():
+            raise NodesFileError(f"{path}: {key_name}[{i}]: key file not found: {entry.key}")
         hosts.append(
             SshHost(
-                name=entry["name"],
-                host=entry["host"],
-                port=port,
-                user=str(entry.get("user", "root")),
-                key=str(Path(key_path).expanduser()) if key_path else None,
-                known_hosts=entry.get("known_hosts"),
+                name=entry.name,
+                host=entry.host,
+                port=entry.port,
+                user=entry.user,
+                key=str(key_path) if key_path else None,
+                known_hosts=entry.known_hosts,
             )
         )
     names = [h.name for h in hosts]

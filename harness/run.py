@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,11 @@ from harness.cluster import (
     split_roles,
     teardown_on_signals,
 )
-from harness.provenance import distribution_version, provenance
+from harness.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
+from harness.monitor import ClusterMonitor
+from harness.options import RunOptions, target_config
+from harness.provenance import distribution_version, provenance, target_version
+from harness.remote import in_thread, run_to_end
 from harness.store import (
     RunDir,
     controller_logging,
@@ -38,12 +44,18 @@ from harness.store import (
     write_json,
     write_jsonl,
 )
-from harness.target import Target, TargetSetupError
-from harness.targets import load_target
-from nemesis import NemesisContext, heal_all, schedule_to_json
+from harness.target import (
+    PER_NODE_COPIES,
+    AsyncReadiness,
+    DockerImageProvider,
+    StartsAll,
+    Target,
+    TargetSetupError,
+)
+from nemesis import NemesisContext, heal_all, run_schedule, schedule_to_json
 from nemesis import build_schedule as nemesis_schedule
-from nemesis.delay import DelayNemesis
 from nemesis.schedule import NemesisStep
+from targets.registry import load_target
 from workloads import build_generator
 from workloads.final import final_reads, tables_and_indexes
 from workloads.history import HistoryRecorder
@@ -51,40 +63,6 @@ from workloads.runner import run_clients
 
 log = logging.getLogger("schemachaos.run")
 HARNESS_VERSION = "0.1.0"  # when not installed (pyproject's version otherwise)
-EXIT_UNKNOWN = 2
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT (128 + 2)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Everything `schemachaos run` takes; also what `repro` rebuilds from a run.json."""
-
-    backend: str = "auto"
-    nodes: int = 5
-    voters: int = 3
-    time_limit_s: float = 60.0
-    concurrency: int = 5
-    nemesis: tuple[str, ...] = ()
-    nemesis_interval_s: float = 10.0
-    workload: str = "ddl-dml"
-    toggles: tuple[str, ...] = ()
-    seed: int = 0
-    store: Path = Path("store")
-    scenario: Path | None = None
-    delay_ms: int = 500
-    max_skew_ms: int = 500
-    idle_safe_time_interval_ms: int = 250
-    no_analyze: bool = False
-    nodes_file: Path | None = None
-    test_name: str | None = None
-    target: str = "schemasync"
-    spark_master: str = "local[*]"
-    ready_timeout_s: float = 60.0
-    local_base: str = "127.0.0.10"
-    target_config: dict[str, Any] = field(default_factory=dict)
-    workload_options: dict[str, Any] = field(default_factory=dict)
-    nemesis_options: dict[str, Any] = field(default_factory=dict)
-    expect: tuple[str, ...] = ()  # anomaly classes a scenario expects (for nightly gating)
 
 
 @dataclass(frozen=True)
@@ -174,6 +152,7 @@ def run_json(
     schedule: list[NemesisStep],
     start_wall_ms: int,
     target_clock: str,
+    capabilities: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """run.json of history.md: how this run was made, with the nemesis schedule as data, the
     scenario's `expect` (reports judge by it as --gate does) and the provenance."""
@@ -186,6 +165,7 @@ def run_json(
         "backend": backend,
         "target": opts.target,
         "clock": target_clock,
+        "capabilities": sorted(capabilities),  # e.g. per-node-copies: replica-divergence applies
         "nodes": nodes,
         "voters": voters,
         "learners": learners,
@@ -205,7 +185,7 @@ def run_json(
         },
         "start_wall_ms": start_wall_ms,
         "harness_version": version,
-        "provenance": provenance(opts.target, backend, version),
+        "provenance": provenance(opts.target, version),
         "expect": list(opts.expect),
         "options": {
             "nodes": opts.nodes,
@@ -215,16 +195,6 @@ def run_json(
             "local_base": opts.local_base,
             "ready_timeout_s": opts.ready_timeout_s,
         },
-    }
-
-
-def target_config(opts: RunOptions) -> dict[str, Any]:
-    return {
-        "delay_duration_ms": opts.delay_ms,
-        "max_clock_skew_ms": opts.max_skew_ms,
-        "idle_safe_time_interval_ms": opts.idle_safe_time_interval_ms,
-        "toggles": sorted(opts.toggles),
-        **opts.target_config,
     }
 
 
@@ -288,10 +258,13 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                         schedule,
                         start_wall_ms,
                         target.clock,
+                        target.capabilities,
                     ),
                 )
                 recorder = ObservedRecorder(run.history, start_ns, state, notify)
-                _run_cluster(opts, run, backend, target, schedule, recorder, state, notify)
+                _run_cluster(
+                    RunParts(opts, run, backend, target, schedule, recorder, state, notify)
+                )
             except KeyboardInterrupt as e:
                 interrupted = str(e) or "SIGINT"
                 raise
@@ -322,7 +295,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                 notify()
                 exit_code = 0
             else:
-                exit_code = _analyze(run.path, opts.spark_master, state, notify)
+                exit_code = _analyze(run.path, opts, state, notify)
         finally:
             detach_logging(handler)
     return RunOutcome(run_dir=run.path, exit_code=exit_code, faults_run=dict(state.faults_run))
@@ -345,63 +318,142 @@ class ObservedRecorder(HistoryRecorder):
         return event
 
 
-def _run_cluster(
-    opts: RunOptions,
-    run: RunDir,
-    backend: str,
-    target: Target,
-    schedule: list[NemesisStep],
-    recorder: ObservedRecorder,
-    state: RunProgress,
-    notify: Callable[[], None],
-) -> None:
-    image_of = getattr(target, "docker_image", None)
+@dataclass(frozen=True)
+class RunParts:
+    """What the cluster part of a run works with, from provisioning to teardown."""
+
+    opts: RunOptions
+    run: RunDir
+    backend: str
+    target: Target
+    schedule: list[NemesisStep]
+    recorder: ObservedRecorder
+    state: RunProgress
+    notify: Callable[[], None]
+
+
+def _run_cluster(p: RunParts) -> None:
+    """The cluster part of a run on one event loop, from provisioning to teardown. A signal
+    cancels it (teardown still runs) and is raised here as it would be without the loop:
+    KeyboardInterrupt for SIGINT, Terminated for SIGTERM and SIGHUP."""
+    stopped_by = asyncio.run(_own_signals(_cluster_part(p)))
+    if stopped_by == "SIGINT":
+        raise KeyboardInterrupt("SIGINT")
+    if stopped_by is not None:
+        raise Terminated(f"signal {stopped_by}")
+
+
+async def _own_signals(work: Awaitable[None]) -> str | None:
+    """Run work with SIGINT, SIGTERM and SIGHUP cancelling it (on the main thread, where
+    signals arrive); the name of the signal that did, or None. A signal must not raise out of
+    the event loop's own code: the loop would close with the teardown half done."""
+    if threading.current_thread() is not threading.main_thread():
+        await work
+        return None
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None  # run by asyncio.run
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        me.cancel()
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in sigs}
+    for sig in sigs:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        me.uncancel()
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, previous[sig])
+    return received[0] if received else None
+
+
+async def _cluster_part(p: RunParts) -> None:
+    opts, run, target, state, notify = p.opts, p.run, p.target, p.state, p.notify
+    backend = p.backend
+    image = None
+    if backend == "docker" and isinstance(target, DockerImageProvider):
+        image = await in_thread(target.docker_image)
     spec = ClusterSpec(
         backend=backend,
         nodes=opts.nodes,
         voters=opts.voters,
         nodes_file=opts.nodes_file,
-        image=str(image_of()) if backend == "docker" and callable(image_of) else None,
+        image=image,
         local_base=opts.local_base,
         ready_timeout_s=opts.ready_timeout_s,
     )
     if spec.image is not None:
-        _record_images(run, {"node": spec.image})
+        _update_provenance(run, "images", {"node": spec.image})
     state.set_phase("provisioning")
     notify()
-    with provision(spec, run.run_id, run.tmp) as cluster:
+    provisioned = provision(spec, run.run_id, run.tmp)
+    cluster = await in_thread(provisioned.__enter__)
+    try:
+        await _on_cluster(p, cluster)
+    except BaseException as e:
+        with ignore_signals():
+            if not await in_thread(provisioned.__exit__, type(e), e, e.__traceback__):
+                raise
+    else:
+        with ignore_signals():
+            await in_thread(provisioned.__exit__, None, None, None)
+
+
+async def _on_cluster(p: RunParts, cluster: Cluster) -> None:
+    opts, run, target, state, notify = p.opts, p.run, p.target, p.state, p.notify
+    try:
+        state.set_phase("starting nodes")
+        notify()
+        await in_thread(target.setup, cluster, target_config(opts))
+        if isinstance(target, StartsAll):
+            await in_thread(target.start_all)
+        else:
+            for node in cluster.nodes:
+                await in_thread(target.start, node)
+        state.set_phase("waiting for the cluster")
+        notify()
+        if isinstance(target, AsyncReadiness):
+            await target.wait_ready_async(opts.ready_timeout_s)
+        else:
+            await in_thread(target.wait_ready, opts.ready_timeout_s)
+        version = await in_thread(target_version, target, cluster.nodes[0])
+        _update_provenance(run, "target", {"version": version})
+        await _exercise(p, cluster)
+    finally:
+        # a second signal must not skip the teardown: ignored, and the work runs to its end
+        with ignore_signals():
+            await run_to_end(_collect_and_tear_down(run, cluster, target, state, notify))
+
+
+async def _collect_and_tear_down(
+    run: RunDir, cluster: Cluster, target: Target, state: RunProgress, notify: Callable[[], None]
+) -> None:
+    state.set_phase("collecting logs")
+    notify()
+    for node in cluster.nodes:
         try:
-            state.set_phase("starting nodes")
-            notify()
-            target.setup(cluster, target_config(opts))
-            if hasattr(target, "start_all"):
-                target.start_all()
-            else:
-                for node in cluster.nodes:
-                    target.start(node)
-            state.set_phase("waiting for the cluster")
-            notify()
-            target.wait_ready(opts.ready_timeout_s)
-            asyncio.run(_exercise(opts, run, cluster, target, schedule, recorder, state, notify))
-        finally:
-            with ignore_signals():  # a second Ctrl-C must not skip the teardown
-                state.set_phase("collecting logs")
-                notify()
-                for node in cluster.nodes:
-                    try:
-                        target.collect_logs(node, run.node_dir(node))
-                    except Exception as e:
-                        log.warning("logs of %s: %s", node, e)
-                state.set_phase("tearing down")
-                notify()
-                target.teardown()
+            await in_thread(target.collect_logs, node, run.node_dir(node))
+        except Exception as e:
+            log.warning("logs of %s: %s", node, e)
+    state.set_phase("tearing down")
+    notify()
+    await in_thread(target.teardown)
 
 
-def _record_images(run: RunDir, images: dict[str, str]) -> None:
-    """The image tags into run.json's provenance: known only once the backend resolved (or
-    built) them, after run.json was first written."""
+def _update_provenance(run: RunDir, key: str, fields: dict[str, str]) -> None:
+    """Facts known only once the cluster is there (the image tags the backend resolved or
+    built, the version a node runs), merged into run.json's provenance after it was written."""
     data = json.loads(run.run_json.read_text())
-    data.setdefault("provenance", {})["images"] = images
+    data.setdefault("provenance", {}).setdefault(key, {}).update(fields)
     write_json(run.run_json, data)
 
 
@@ -412,17 +464,17 @@ def _tables_and_indexes(catalog: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return tables_and_indexes(max(catalog, key=lambda c: c.get("catalog_version", 0)))
 
 
-async def _exercise(
-    opts: RunOptions,
-    run: RunDir,
-    cluster: Cluster,
-    target: Target,
-    schedule: list[NemesisStep],
-    recorder: ObservedRecorder,
-    state: RunProgress,
-    notify: Callable[[], None],
-) -> None:
+async def _exercise(p: RunParts, cluster: Cluster) -> None:
     """Clients and nemesis side by side, then heal, final reads, and the catalog log."""
+    opts, run, target, schedule, recorder, state, notify = (
+        p.opts,
+        p.run,
+        p.target,
+        p.schedule,
+        p.recorder,
+        p.state,
+        p.notify,
+    )
     options = dict(opts.workload_options)
     options.setdefault("nodes", cluster.nodes)
     generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
@@ -434,6 +486,7 @@ async def _exercise(
             config={
                 **opts.nemesis_options,
                 "max_skew_ms": opts.max_skew_ms,
+                "delay_ms": opts.delay_ms,
                 "interval_s": opts.nemesis_interval_s,
                 "kinds": list(opts.nemesis),
                 "seed": opts.seed,
@@ -448,12 +501,11 @@ async def _exercise(
     state.started = time.monotonic()
     notify()
     stop = asyncio.Event()
-    player: DelayNemesis | None = None
     async with asyncio.TaskGroup() as tg:
+        # history.md "Monitor samples": every node's status each 250 ms; it never fails the run
+        tg.create_task(ClusterMonitor(target, cluster.nodes, recorder).run(stop))
         if nemesis_ctx is not None:
-            # plays every kind: `delay` itself, the others through nemesis.runner.apply_step
-            player = DelayNemesis(nemesis_ctx, opts.delay_ms)
-            tg.create_task(player.play(schedule, recorder, stop))
+            tg.create_task(run_schedule(schedule, nemesis_ctx, recorder, stop))
         try:
             summary = await run_clients(
                 generator,
@@ -474,14 +526,18 @@ async def _exercise(
         notify()
         async with asyncio.timeout(120):
             await heal_all(nemesis_ctx, recorder)
-            if player is not None:
-                await player.heal(recorder)
     state.set_phase("final reads")
     notify()
     async with asyncio.timeout(60):
         catalog = await target.catalog_log()
     async with asyncio.timeout(300):
-        await final_reads(target.client, cluster.nodes, recorder, _tables_and_indexes(catalog))
+        await final_reads(
+            target.client,
+            cluster.nodes,
+            recorder,
+            _tables_and_indexes(catalog),
+            every_node=PER_NODE_COPIES in target.capabilities,
+        )
     async with asyncio.timeout(60):
         catalog = await target.catalog_log()
     write_jsonl(run.catalog, catalog)
@@ -489,7 +545,7 @@ async def _exercise(
 
 
 def _analyze(
-    run_dir: Path, spark_master: str, state: RunProgress, notify: Callable[[], None]
+    run_dir: Path, opts: RunOptions, state: RunProgress, notify: Callable[[], None]
 ) -> int:
     state.set_phase("analyzing")
     notify()
@@ -497,7 +553,9 @@ def _analyze(
         # imported here, not at the top: pyspark loads only for a run that is analyzed
         from checker.analyze import analyze_run, exit_code
 
-        results = analyze_run(run_dir, spark_master=spark_master)
+        results = analyze_run(
+            run_dir, spark_master=opts.spark_master, spark_remote=opts.spark_remote
+        )
         code = int(exit_code(results))
     except Exception as e:
         log.error("analysis failed: %s\n%s", e, traceback.format_exc())
@@ -515,40 +573,3 @@ def _analyze(
     state.set_phase(f"done: valid={results.get('valid')}")
     notify()
     return code
-
-
-def options_from_run_json(run_json_path: Path, store: Path | None = None) -> RunOptions:
-    """RunOptions that repeat a stored run: same seed, nodes, nemesis, workload, config."""
-    data = json.loads(run_json_path.read_text())
-    config = dict(data.get("config", {}))
-    nemesis = data.get("nemesis", {})
-    workload = data.get("workload", {})
-    options = data.get("options", {})
-    known = {"delay_duration_ms", "max_clock_skew_ms", "idle_safe_time_interval_ms", "toggles"}
-    scenario = workload.get("scenario")
-    return RunOptions(
-        backend=data.get("backend", "auto"),
-        nodes=int(options.get("nodes", len(data.get("nodes", [])) or 5)),
-        voters=int(options.get("voters", len(data.get("voters", [])) or 3)),
-        time_limit_s=float(workload.get("time_limit_s", 60)),
-        concurrency=int(workload.get("concurrency", 5)),
-        nemesis=tuple(nemesis.get("kinds", [])),
-        nemesis_interval_s=float(nemesis.get("interval_s", options.get("nemesis_interval_s", 10))),
-        workload=str(workload.get("name", "ddl-dml")),
-        toggles=tuple(config.get("toggles", [])),
-        seed=int(data.get("seed", 0)),
-        store=store or run_json_path.parent.parent.parent,
-        scenario=Path(scenario) if scenario else None,
-        delay_ms=int(config.get("delay_duration_ms", 500)),
-        max_skew_ms=int(config.get("max_clock_skew_ms", 500)),
-        idle_safe_time_interval_ms=int(config.get("idle_safe_time_interval_ms", 250)),
-        nodes_file=Path(options["nodes_file"]) if options.get("nodes_file") else None,
-        local_base=str(options.get("local_base", "127.0.0.10")),
-        ready_timeout_s=float(options.get("ready_timeout_s", 60.0)),
-        test_name=str(data.get("test")) if data.get("test") else None,
-        target=str(data.get("target", "schemasync")),
-        target_config={k: v for k, v in config.items() if k not in known},
-        workload_options=dict(workload.get("options", {})),
-        nemesis_options=dict(nemesis.get("options") or {}),
-        expect=tuple(data.get("expect") or ()),
-    )

@@ -2,15 +2,20 @@
 
 A new database plugs in with a Target (install, configure, start, stop, kill, pause, resume,
 logs) and a TargetClient (the ops a workload invokes); the harness itself does not change.
+What only some targets can do is an optional capability below: a `runtime_checkable` protocol
+the harness and the nemeses test with `isinstance`, so a target opts in by having the methods.
+
+This is the ground floor: it imports nothing of the project but `harness.remote`, so targets,
+nemeses and workloads can all depend on it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from harness.cluster import Cluster
+from harness.remote import Remote
 
 
 class ClientError(Exception):
@@ -46,6 +51,16 @@ class TargetSetupError(Exception):
     """A target could not install, configure, start or become ready: verdict unknown."""
 
 
+class SettingsError(TargetSetupError):
+    """A target setting (a scenario's `[target]` key) that the target does not have, or of
+    the wrong type: `<key>: <why>`, the why naming what is allowed."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"{key}: {why}")
+        self.key = key
+        self.why = why
+
+
 @runtime_checkable
 class TargetClient(Protocol):
     node: str
@@ -63,13 +78,18 @@ class TargetClient(Protocol):
     async def close(self) -> None: ...
 
 
+# A `capabilities` name the harness acts on: every node keeps its own copy of the data
+# (multi-master), so final reads cover every node and the checker compares the copies.
+PER_NODE_COPIES = "per-node-copies"
+
+
 @runtime_checkable
 class Target(Protocol):
     name: str
     clock: str
     capabilities: frozenset[str]
 
-    def setup(self, cluster: Cluster, config: dict[str, Any]) -> None: ...
+    def setup(self, cluster: ClusterView, config: dict[str, Any]) -> None: ...
 
     def start(self, node: str) -> None: ...
 
@@ -90,3 +110,92 @@ class Target(Protocol):
     async def catalog_log(self) -> list[dict[str, Any]]: ...
 
     def teardown(self) -> None: ...
+
+
+class ClusterView(Protocol):
+    """What a target needs from the provisioned cluster (`harness.cluster.Cluster` is one)."""
+
+    nodes: list[str]
+    voters: list[str]
+    learners: list[str]
+    remotes: dict[str, Remote]
+    backend: str
+    node_dirs: dict[str, str]
+    python: str
+    code_dir: str | None
+    upload_code_to: str | None
+    ports: dict[str, int]
+
+
+# -- optional capabilities ------------------------------------------------------------------
+
+
+@runtime_checkable
+class DockerImageProvider(Protocol):
+    """A target with its own node image: the docker backend runs it instead of schemasync's."""
+
+    def docker_image(self) -> str: ...
+
+
+@runtime_checkable
+class StartsAll(Protocol):
+    """A target that starts its nodes together (e.g. a primary before its standbys)."""
+
+    def start_all(self) -> None: ...
+
+
+@runtime_checkable
+class LaggingControl(Protocol):
+    """A target that makes a node lag itself in `own_lagging_modes` (the lagging-learner
+    nemesis does the other modes generically, on the network)."""
+
+    own_lagging_modes: frozenset[str]
+
+    def lag(self, node: str, mode: str, /) -> Mapping[str, Any]: ...
+
+    def unlag(self, node: str, /) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class ApplyInhibitControl(Protocol):
+    """A target whose nodes can hold and release applying replicated state (the `inhibit`
+    lagging mode, Ignite's WatchListenerInhibitor)."""
+
+    async def inhibit_apply(self, node: str, hold: bool, /) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class ClockControl(Protocol):
+    """A target whose nodes run under libfaketime: the file holding each node's offset."""
+
+    def faketime_file(self, node: str, /) -> str: ...
+
+
+@runtime_checkable
+class DelayControl(Protocol):
+    """A client that changes its node's live delay duration DD (the `delay` nemesis)."""
+
+    async def set_delay(self, delay_duration_ms: int, /) -> None: ...
+
+
+@runtime_checkable
+class AsyncReadiness(Protocol):
+    """A target that waits for readiness on the run's event loop instead of a thread."""
+
+    async def wait_ready_async(self, timeout: float, /) -> None: ...
+
+
+@runtime_checkable
+class SettingsChecker(Protocol):
+    """A target that checks its settings before anything starts (its own pydantic model):
+    the config it would run with, or SettingsError."""
+
+    def check_settings(self, config: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class VersionReporter(Protocol):
+    """A target that can say which version of its software a node runs (run.json's
+    provenance), asked once the cluster is set up."""
+
+    def software_version(self, node: str, /) -> str: ...

@@ -1,7 +1,9 @@
-"""Nemeses: clock skew, partitions, lagging learners, kill and pause, on a seeded schedule.
+"""Nemeses: clock skew, partitions, lagging learners, kill, pause and delay, on a seeded
+schedule.
 
 `build_schedule` makes the schedule (pure data for run.json); `run_schedule` plays it against
-a cluster through the harness's Remote and Target; `heal_all` undoes everything.
+a cluster through the harness's Remote and Target; `heal_all` undoes everything. Each kind is
+a `Nemesis` (nemesis.fault), named once in `nemesis.registry`.
 """
 
 from nemesis.context import NemesisContext, NemesisState

@@ -10,32 +10,21 @@ the file atomically (write then rename). Offsets are written in seconds with a s
 from __future__ import annotations
 
 import asyncio
+import random
 import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# faketime_env stays importable from here until every target imports harness.faketime
+from harness.faketime import faketime_env, offset_literal  # noqa: F401
 from nemesis.context import NemesisContext, failures, run_on_each, statuses
+from nemesis.fault import FaultPlan, choices, rounded
 
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-
-
-def offset_literal(seconds: float) -> str:
-    """`+0.25`, `-0.4`, `+0`: the relative format libfaketime reads, in seconds (ms precision)."""
-    ms = round(seconds * 1000)
-    sign = "-" if ms < 0 else "+"
-    whole, frac = divmod(abs(ms), 1000)
-    return f"{sign}{whole}" + (f".{frac:03d}".rstrip("0") if frac else "")
-
-
-def faketime_env(faketime_file: str, lib: str = FAKETIME_LIB) -> dict[str, str]:
-    """The environment a node process starts under so the clock nemesis can move its clock."""
-    return {
-        "LD_PRELOAD": lib,
-        "FAKETIME_TIMESTAMP_FILE": faketime_file,
-        "FAKETIME_NO_CACHE": "1",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
+CLOCK_MODES = ("skew", "skew-edge", "skew-beyond", "bump", "strobe")
+# what `clock` / `all` draws from unless `clock_modes` says otherwise: within CSmax, the only
+# skew the design promises to tolerate (skew-beyond is run only when asked for by name)
+DEFAULT_CLOCK_MODES = ("skew", "bump", "strobe")
 
 
 def write_offset_command(faketime_file: str, seconds: float) -> str:
@@ -165,3 +154,70 @@ async def reset_clocks(ctx: NemesisContext, nodes: Sequence[str] | None = None) 
     if errors:
         out["errors"] = errors
     return out
+
+
+def clock_params(
+    mode: str, rng: random.Random, nodes: Sequence[str], max_skew_s: float, interval_s: float
+) -> dict[str, Any]:
+    """Offsets (seconds) per node for one clock fault.
+
+    skew: every node within +-CSmax/2, so any two differ by at most CSmax (what the design
+    tolerates); skew-edge: two seeded groups exactly CSmax apart (the edge of what it
+    tolerates, where a missing round-up shows); skew-beyond: two groups 1.5-3 CSmax apart;
+    bump: one node jumps within CSmax; strobe: one node flips between 0 and an offset within
+    CSmax every period.
+    """
+    if mode == "skew":
+        half = max_skew_s / 2
+        return {"mode": mode, "offsets": {n: rounded(rng.uniform(-half, half)) for n in nodes}}
+    if mode == "skew-edge":
+        ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+        half = max_skew_s / 2
+        return {"mode": mode, "offsets": {n: rounded(half if n in ahead else -half) for n in nodes}}
+    if mode == "skew-beyond":
+        ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+        gap = rng.uniform(1.5, 3.0) * max_skew_s
+        offsets = {n: rounded(gap / 2 if n in ahead else -gap / 2) for n in nodes}
+        return {"mode": mode, "offsets": offsets}
+    if mode == "bump":
+        node = rng.choice(list(nodes))
+        jump = rng.uniform(0.2, 0.9) * max_skew_s * rng.choice((-1, 1))
+        return {"mode": mode, "offsets": {node: rounded(jump)}}
+    if mode == "strobe":
+        node = rng.choice(list(nodes))
+        delta = rounded(rng.uniform(0.3, 0.9) * max_skew_s * rng.choice((-1, 1)))
+        period = rounded(rng.uniform(0.05, 0.2))
+        return {
+            "mode": mode,
+            "node": node,
+            "offsets": [0.0, delta],
+            "period_s": period,
+            "duration_s": rounded(interval_s),
+        }
+    raise ValueError(f"unknown clock mode {mode!r}")
+
+
+class ClockNemesis:
+    """Per-node clock offsets (libfaketime): skew, skew-edge, skew-beyond, bump, strobe."""
+
+    kind = "clock"
+    start_action = "start-clock"
+    stop_action = "stop-clock"
+    in_all = True
+    needs_root = False
+
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None
+
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        modes = choices(plan.options, "clock_modes", CLOCK_MODES, DEFAULT_CLOCK_MODES)
+        return clock_params(rng.choice(modes), rng, plan.nodes, plan.max_skew_s, plan.interval_s)
+
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await start_clock(ctx, params)
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        return await reset_clocks(ctx)
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        return {"clock": await reset_clocks(ctx)}

@@ -1,6 +1,6 @@
 """What every nemesis acts through: the cluster's Remotes, the Target, and what is broken now.
 
-Remote calls block (ssh, docker, subprocess), so they go through `asyncio.to_thread`, one
+Remote calls block (ssh, docker, subprocess), so they go through `harness.remote.in_thread`, one
 thread per node, each with an explicit timeout; node observations go through the Target's
 client with an `asyncio.timeout`, because a paused node accepts a connection and never answers.
 """
@@ -11,18 +11,14 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from harness.remote import CommandResult
-
-if TYPE_CHECKING:
-    from harness.cluster import Cluster
-    from harness.target import Target
+from harness.remote import CommandResult, in_thread
+from harness.target import ClockControl, ClusterView, Target
 
 REMOTE_TIMEOUT_S = 15.0
 STATUS_TIMEOUT_S = 1.5
 IPTABLES_COMMENT = "schemachaos"
-DEFAULT_PORTS = {"client_port": 10800, "metastore_port": 10900, "peer_port": 11000}
 
 
 class NemesisRecorder(Protocol):
@@ -44,10 +40,10 @@ class NemesisState:
 @dataclass
 class NemesisContext:
     """The cluster and target a schedule acts on; config may name `faketime_files` per node
-    (else the target's `faketime_file(node)`, else `<node_dir>/faketime`) and
-    `lagging_rate_kbit` (default 1)."""
+    (unless the target is a ClockControl; else `<node_dir>/faketime`), `lagging_rate_kbit`
+    (default 1) and `delay_ms` (the configured DD the `delay` fault restores)."""
 
-    cluster: Cluster
+    cluster: ClusterView
     target: Target
     config: dict[str, Any] = field(default_factory=dict)
     state: NemesisState = field(default_factory=NemesisState)
@@ -61,23 +57,25 @@ class NemesisContext:
         return self.cluster.remotes[node].host
 
     def port(self, name: str) -> int:
-        return int(self.cluster.ports.get(name, DEFAULT_PORTS[name]))
+        """A port the target set on the cluster (`client_port`, `metastore_port`, ...)."""
+        if name not in self.cluster.ports:
+            known = ", ".join(sorted(self.cluster.ports))
+            raise ValueError(f"target {self.target.name} sets no {name} (ports: {known})")
+        return int(self.cluster.ports[name])
 
     def faketime_file(self, node: str) -> str:
-        finder = getattr(self.target, "faketime_file", None)
-        if callable(finder):
-            return str(finder(node))
+        if isinstance(self.target, ClockControl):
+            return self.target.faketime_file(node)
         files = self.config.get("faketime_files") or {}
         if node in files:
             return str(files[node])
-        root = self.cluster.node_dirs.get(node, "/var/lib/schemasync")
-        return f"{root}/faketime"
+        return f"{self.cluster.node_dirs[node]}/faketime"
 
 
 async def run_on(ctx: NemesisContext, node: str, cmd: str, check: bool = True) -> CommandResult:
     """One shell command as root on a node, off the event loop."""
     remote = ctx.cluster.remotes[node]
-    return await asyncio.to_thread(remote.run, cmd, REMOTE_TIMEOUT_S, check)
+    return await in_thread(remote.run, cmd, REMOTE_TIMEOUT_S, check)
 
 
 async def run_on_each(
@@ -93,9 +91,7 @@ async def run_on_each(
 
 async def each_in_thread(fn: Callable[[str], Any], nodes: Sequence[str]) -> dict[str, str]:
     """A blocking target call per node, in threads at once; the failures, with why."""
-    results = await asyncio.gather(
-        *(asyncio.to_thread(fn, n) for n in nodes), return_exceptions=True
-    )
+    results = await asyncio.gather(*(in_thread(fn, n) for n in nodes), return_exceptions=True)
     return {
         n: f"{type(r).__name__}: {r}"
         for n, r in zip(nodes, results, strict=True)

@@ -1,26 +1,24 @@
 """The `delay` nemesis: changes the delay duration DD of live nodes through `admin.set_delay`.
 
 DD is fixed in each catalog entry by design; only with the `mutable-delay` toggle (IGNITE-20498)
-does a node read it from its live config, which is what this fault changes. It plays the
-`delay` steps of a schedule beside the other kinds (whose steps go to `nemesis.runner`), each
-recorded as a `start-delay` / `stop-delay` nemesis event with the DD each node took.
+does a node read it from its live config, which is what this fault changes. Each fault is a
+`start-delay` / `stop-delay` nemesis event with the DD each node took; the stop restores the
+configured DD. The target's client must be a DelayControl.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections.abc import Mapping
+import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nemesis.context import STATUS_TIMEOUT_S, NemesisContext, NemesisRecorder
-from nemesis.runner import apply_step
-from nemesis.schedule import START, STOP, NemesisStep
+from harness.target import DelayControl
+from nemesis.context import STATUS_TIMEOUT_S, NemesisContext
+from nemesis.fault import FaultPlan, choices
 
-log = logging.getLogger("schemachaos.nemesis")
-
-KIND = "delay"
+DELAY_MODES = ("all", "split")
+DEFAULT_DELAY_MS = 500
 
 
 async def set_delay(ctx: NemesisContext, node: str, delay_ms: int) -> None:
@@ -28,10 +26,9 @@ async def set_delay(ctx: NemesisContext, node: str, delay_ms: int) -> None:
     async with asyncio.timeout(STATUS_TIMEOUT_S * 2):
         client = await ctx.target.client(node)
         try:
-            setter = getattr(client, "set_delay", None)
-            if setter is None:
+            if not isinstance(client, DelayControl):
                 raise RuntimeError(f"target {ctx.target.name} cannot change its delay duration")
-            await setter(delay_ms)
+            await client.set_delay(delay_ms)
         finally:
             await client.close()
 
@@ -51,75 +48,64 @@ async def set_delays(ctx: NemesisContext, delays_ms: Mapping[str, int]) -> dict[
     return out
 
 
+def delay_params(
+    mode: str,
+    rng: random.Random,
+    nodes: Sequence[str],
+    values_ms: Sequence[int],
+    configured_ms: int,
+) -> dict[str, Any]:
+    """DD per node for one `delay` fault (admin.set_delay), and the value the stop restores.
+
+    all: every node takes one value other than the configured DD; split: the nodes are cut in
+    two seeded groups with different values, so they also disagree with each other.
+    """
+    others = [v for v in values_ms if v != configured_ms] or list(values_ms)
+    if mode == "all":
+        value = rng.choice(others)
+        delays = {n: value for n in nodes}
+    elif mode == "split":
+        low = rng.choice(others)
+        high = rng.choice([v for v in values_ms if v != low] or [configured_ms])
+        group = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
+        delays = {n: (low if n in group else high) for n in nodes}
+    else:
+        raise ValueError(f"unknown delay mode {mode!r}")
+    return {"mode": mode, "delays_ms": delays, "restore_ms": configured_ms}
+
+
 class DelayNemesis:
-    """Plays a whole schedule in time order: `delay` steps here, every other step through
-    `nemesis.runner.apply_step`; remembers the DD change in force so `heal` can undo it."""
+    """DD changed at runtime; not part of `all` (it only means something with the
+    `mutable-delay` toggle)."""
 
-    def __init__(self, ctx: NemesisContext, configured_ms: int) -> None:
-        self.ctx = ctx
-        self.configured_ms = configured_ms
-        self.active: dict[int, dict[str, Any]] = {}
+    kind = "delay"
+    start_action = "start-delay"
+    stop_action = "stop-delay"
+    in_all = False
+    needs_root = False
 
-    async def apply(self, step: NemesisStep, recorder: NemesisRecorder) -> dict[str, Any]:
-        if step.params.get("kind") != KIND:
-            return await apply_step(self.ctx, step, recorder)
-        fault = int(step.params["fault"])
-        began = time.monotonic()
-        try:
-            if step.action == START[KIND]:
-                self.active[fault] = dict(step.params)
-                value = await set_delays(self.ctx, step.params["delays_ms"])
-            elif step.action == STOP[KIND]:
-                started = self.active.pop(fault, {})
-                restore = int(started.get("restore_ms", self.configured_ms))
-                value = await set_delays(self.ctx, {n: restore for n in self.ctx.cluster.nodes})
-            else:
-                raise ValueError(f"action {step.action!r} does not belong to {KIND!r}")
-        except Exception as e:
-            log.warning("nemesis %s failed: %s", step.action, e)
-            value = {"error": f"{type(e).__name__}: {e}"}
-        event = {
-            **step.params,
-            **value,
-            "at_s": step.at_s,
-            "elapsed_ms": round((time.monotonic() - began) * 1000, 1),
-        }
-        recorder.nemesis(step.action, event)
-        return event
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None
 
-    async def play(
-        self, schedule: list[NemesisStep], recorder: NemesisRecorder, stop: asyncio.Event
-    ) -> None:
-        """Each step at its time (from now) until the schedule ends or `stop` is set (the
-        same contract as `nemesis.runner.run_schedule`)."""
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        for step in schedule:
-            delay = t0 + step.at_s - loop.time()
-            if delay > 0 and not stop.is_set():
-                try:
-                    async with asyncio.timeout(delay):
-                        await stop.wait()
-                except TimeoutError:
-                    pass
-            if stop.is_set():
-                return
-            await self.apply(step, recorder)
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        opts = plan.options
+        configured = int(opts.get("delay_ms", DEFAULT_DELAY_MS))
+        values = [int(v) for v in opts.get("delay_values_ms") or (configured, configured // 4)]
+        if any(v < 1 for v in values):
+            raise ValueError(f"nemesis option delay_values_ms: needs values >= 1, got {values}")
+        modes = choices(opts, "delay_modes", DELAY_MODES, DELAY_MODES)
+        mode = modes[nth % len(modes)]  # in turn: each mode shows up early
+        return delay_params(mode, rng, plan.nodes, values, configured)
 
-    async def heal(self, recorder: NemesisRecorder) -> None:
-        """Restore the configured DD on every node for each delay fault still in force."""
-        for fault, started in sorted(self.active.items()):
-            began = time.monotonic()
-            restore = int(started.get("restore_ms", self.configured_ms))
-            value = await set_delays(self.ctx, {n: restore for n in self.ctx.cluster.nodes})
-            recorder.nemesis(
-                STOP[KIND],
-                {
-                    "fault": fault,
-                    "kind": KIND,
-                    "by": "heal-all",
-                    **value,
-                    "elapsed_ms": round((time.monotonic() - began) * 1000, 1),
-                },
-            )
-        self.active.clear()
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await set_delays(ctx, params["delays_ms"])
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        configured = int(ctx.config.get("delay_ms", DEFAULT_DELAY_MS))
+        restore = int(started.get("restore_ms", configured))
+        return await set_delays(ctx, dict.fromkeys(ctx.cluster.nodes, restore))
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        """Nothing beyond the stop of each fault in force: a node restarted since reads the
+        configured DD from its config again, and a target without the capability has none."""
+        return {}

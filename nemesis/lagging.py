@@ -13,24 +13,28 @@ only the target can cut the stream alone (and it holds replay instead of an admi
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import shlex
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from harness.target import ApplyInhibitControl, LaggingControl
 from nemesis.context import (
-    STATUS_TIMEOUT_S,
     NemesisContext,
     each_in_thread,
     failures,
     run_on_each,
     statuses,
 )
+from nemesis.fault import FaultPlan, choices
 from nemesis.partition import comment_args, remove_rules_command
 
 LAGGING_TAG = "lagging-learner"
 QDISC_HANDLE = "5c5c"  # our htb root on a device: "sc" twice, so heal can tell it from others
 DEFAULT_RATE_KBIT = 1
+LAGGING_MODES = ("drop", "tbf", "inhibit")
 
 
 def port_match(port: int) -> str:
@@ -110,21 +114,18 @@ async def learner_views(ctx: NemesisContext, learners: Sequence[str]) -> dict[st
     }
 
 
-async def inhibit(ctx: NemesisContext, node: str, hold: bool) -> dict[str, Any]:
-    """admin.inhibit_apply on one node, through the schemasync client library."""
-    from schemasync.client import Client
-
-    address = f"{ctx.host(node)}:{ctx.port('client_port')}"
-    async with asyncio.timeout(STATUS_TIMEOUT_S * 2):
-        client = await Client.connect([address], timeout=STATUS_TIMEOUT_S)
-        try:
-            return await client.inhibit_apply(hold)
-        finally:
-            await client.close()
-
-
 async def set_inhibit(ctx: NemesisContext, nodes: Sequence[str], hold: bool) -> dict[str, str]:
-    results = await asyncio.gather(*(inhibit(ctx, n, hold) for n in nodes), return_exceptions=True)
+    """Hold (or release) the apply of each node, through the target's ApplyInhibitControl;
+    the nodes that failed, with why."""
+    target = ctx.target
+    if not nodes:
+        return {}
+    if not isinstance(target, ApplyInhibitControl):
+        why = f"target {target.name} cannot hold a node's apply"
+        return dict.fromkeys(nodes, why)
+    results = await asyncio.gather(
+        *(target.inhibit_apply(n, hold) for n in nodes), return_exceptions=True
+    )
     return {
         n: f"{type(r).__name__}: {r}"
         for n, r in zip(nodes, results, strict=True)
@@ -139,9 +140,9 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
     before = await learner_views(ctx, learners)
     started = time.monotonic()
     errors: dict[str, str]
-    if mode in own_lagging_modes(ctx):
-        lag = getattr(ctx.target, "lag")  # noqa: B009  (not part of the Target protocol)
-        errors = await each_in_thread(lambda n: lag(n, mode), learners)
+    target = ctx.target
+    if isinstance(target, LaggingControl) and mode in target.own_lagging_modes:
+        errors = await each_in_thread(lambda n: target.lag(n, mode), learners)
     elif mode == "drop":
         hosts = {n: ctx.host(n) for n in ctx.cluster.nodes}
         errors = failures(await run_on_each(ctx, drop_commands(learners, hosts, port, ctx.local)))
@@ -164,11 +165,6 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
     if errors:
         out["errors"] = errors
     return out
-
-
-def own_lagging_modes(ctx: NemesisContext) -> frozenset[str]:
-    """The modes the target does itself (none for schemasync)."""
-    return frozenset(getattr(ctx.target, "own_lagging_modes", ()))
 
 
 def _senders(ctx: NemesisContext, learners: Sequence[str]) -> list[str]:
@@ -199,13 +195,14 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
         if params.get("mode") != "inhibit"
         else learners
     )
-    own = own_lagging_modes(ctx)
-    if own:  # the target undoes its own modes; it has no apply inhibitor to release
+    target = ctx.target
+    own = target if isinstance(target, LaggingControl) and target.own_lagging_modes else None
+    if own is not None:  # the target undoes its own modes; it has no apply inhibitor to release
         held = []
     network, released, unlagged = await asyncio.gather(
         run_on_each(ctx, commands),
         set_inhibit(ctx, held, False),
-        each_in_thread(getattr(ctx.target, "unlag"), learners) if own else _nothing(),  # noqa: B009
+        each_in_thread(own.unlag, learners) if own is not None else _nothing(),
     )
     errors.update(failures(network))
     errors.update(released)
@@ -216,3 +213,53 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
     if errors:
         out["errors"] = errors
     return out
+
+
+async def unshape_all(ctx: NemesisContext) -> dict[str, Any]:
+    """Our qdisc off every device of every node; how many remain per node (0 when healed)."""
+    results = await run_on_each(ctx, dict.fromkeys(ctx.cluster.nodes, unshape_command()))
+    remaining: dict[str, int | None] = {}
+    for n, r in results.items():
+        if not isinstance(r, BaseException):
+            lines = r.stdout.split()
+            remaining[n] = int(lines[-1]) if lines else None
+    return {"qdiscs_remaining": remaining, "errors": failures(results)}
+
+
+class LaggingLearnerNemesis:
+    """Meta Storage learners fall behind: drop, tbf or inhibit (or the target's own way)."""
+
+    kind = "lagging-learner"
+    start_action = "start-lagging-learner"
+    stop_action = "stop-lagging-learner"
+    in_all = True
+    needs_root = True
+
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None if plan.learners else "lagging-learner needs learners (--voters below --nodes)"
+
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        learners = list(plan.learners)
+        count = rng.randint(1, len(learners))
+        chosen = set(rng.sample(learners, count))
+        mode = rng.choice(choices(plan.options, "lagging_modes", LAGGING_MODES, LAGGING_MODES))
+        return {"mode": mode, "learners": [x for x in learners if x in chosen]}
+
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await start_lagging(ctx, params)
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        return await stop_lagging(ctx, started)
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        """Our qdiscs off every node (unless locally without root: nothing could add one) and
+        every learner's apply released, with any node still marked as held."""
+        out: dict[str, Any] = {"errors": {}}
+        if not (ctx.local and os.geteuid() != 0):
+            out.update(await unshape_all(ctx))
+        held = sorted(set(ctx.cluster.learners) | ctx.state.inhibited)
+        if held and isinstance(ctx.target, ApplyInhibitControl):
+            released = await set_inhibit(ctx, held, False)
+            out["errors"].update({f"inhibit {n}": why for n, why in released.items()})
+        ctx.state.inhibited.clear()
+        return out

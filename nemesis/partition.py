@@ -8,6 +8,7 @@ rules match the loopback source *and* destination addresses on `lo`.
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import time
@@ -21,6 +22,7 @@ from nemesis.context import (
     metastore_leader,
     run_on_each,
 )
+from nemesis.fault import FaultPlan, choices
 
 SHAPES = ("halves", "random-halves", "one", "majorities-ring", "bridge", "isolate-metastore-leader")
 PARTITION_TAG = "partition"
@@ -170,3 +172,35 @@ async def remove_rules(ctx: NemesisContext, tag: str | None) -> dict[str, Any]:
 
 async def heal_partition(ctx: NemesisContext) -> dict[str, Any]:
     return await remove_rules(ctx, PARTITION_TAG)
+
+
+class PartitionNemesis:
+    """A grudge of iptables drops in one of SHAPES; the stop step heals it."""
+
+    kind = "partition"
+    start_action = "start-partition"
+    stop_action = "heal-partition"
+    in_all = True
+    needs_root = True
+
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None
+
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        shape = rng.choice(choices(plan.options, "partition_shapes", SHAPES, SHAPES))
+        g = None if shape == "isolate-metastore-leader" else grudge(shape, plan.nodes, rng)
+        return {"shape": shape, "grudge": g}
+
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await start_partition(ctx, params)
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        return await heal_partition(ctx)
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        """Every rule we added, of any fault; skipped locally without root, where nothing
+        could have added one and nothing can list them."""
+        if ctx.local and os.geteuid() != 0:
+            return {}
+        healed = await remove_rules(ctx, None)
+        return {"rules_remaining": healed["rules_remaining"], "errors": healed.get("errors", {})}

@@ -5,6 +5,7 @@ the learners, or all nodes."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,8 +17,10 @@ from nemesis.context import (
     metastore_leader,
     statuses,
 )
+from nemesis.fault import FaultPlan, choices
 
 RESTART_WAIT_S = 10.0
+PROCESS_TARGETS = ("one", "minority", "majority", "metastore-leader", "learners", "all")
 
 
 async def resolve_targets(
@@ -110,3 +113,86 @@ async def resume(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     if errors:
         out["errors"] = errors
     return out
+
+
+def process_params(
+    target: str, rng: random.Random, nodes: Sequence[str], learners: Sequence[str]
+) -> dict[str, Any]:
+    """Which nodes a kill or pause hits; `metastore-leader` is resolved when it runs."""
+    n = len(nodes)
+    chosen: list[str] | None
+    if target == "one":
+        chosen = [rng.choice(list(nodes))]
+    elif target == "minority":
+        chosen = rng.sample(list(nodes), max(1, (n - 1) // 2))
+    elif target == "majority":
+        chosen = rng.sample(list(nodes), n // 2 + 1)
+    elif target == "learners":
+        chosen = list(learners)
+    elif target == "all":
+        chosen = list(nodes)
+    elif target == "metastore-leader":
+        chosen = None
+    else:
+        raise ValueError(f"unknown process target {target!r}")
+    ordered = None if chosen is None else [x for x in nodes if x in set(chosen)]
+    return {"target": target, "nodes": ordered}
+
+
+def _draw_targets(rng: random.Random, plan: FaultPlan) -> dict[str, Any]:
+    usable = [t for t in PROCESS_TARGETS if t != "learners" or plan.learners]
+    targets = choices(plan.options, "process_targets", usable, usable)
+    return process_params(rng.choice(targets), rng, plan.nodes, plan.learners)
+
+
+class KillNemesis:
+    """SIGKILL the chosen nodes; the stop step restarts them."""
+
+    kind = "kill"
+    start_action = "start-kill"
+    stop_action = "stop-kill"
+    in_all = True
+    needs_root = False
+
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None
+
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        return _draw_targets(rng, plan)
+
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await start_kill(ctx, params)
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        return await restart(ctx, started.get("nodes") or sorted(ctx.state.killed))
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        if not ctx.state.killed:
+            return {}
+        return {"restarted": await restart(ctx, sorted(ctx.state.killed))}
+
+
+class PauseNemesis:
+    """SIGSTOP the chosen nodes; the stop step sends SIGCONT."""
+
+    kind = "pause"
+    start_action = "start-pause"
+    stop_action = "stop-pause"
+    in_all = True
+    needs_root = False
+
+    def unusable(self, plan: FaultPlan) -> str | None:
+        return None
+
+    def draw(self, rng: random.Random, plan: FaultPlan, nth: int) -> dict[str, Any]:
+        return _draw_targets(rng, plan)
+
+    async def start(self, ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
+        return await start_pause(ctx, params)
+
+    async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        return await resume(ctx, started.get("nodes") or sorted(ctx.state.paused))
+
+    async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
+        """Every node resumed: a SIGCONT to a running process does nothing."""
+        return {"resumed": await resume(ctx, list(ctx.cluster.nodes))}

@@ -2,54 +2,33 @@
 action as a `process: "nemesis"`, `info` event with what it targeted and what was measured.
 
 Each fault is recorded once its action completed (start: the fault is in force from then;
-stop/heal: healed from then), with `fault` and `kind` pairing a start with its stop.
+stop/heal: healed from then), with `fault` and `kind` pairing a start with its stop. What a
+kind does is its Nemesis (`nemesis.registry`); this module only plays and records.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
-from nemesis import clock, lagging, partition, process
-from nemesis.context import NemesisContext, NemesisRecorder, run_on_each
-from nemesis.schedule import START, STOP, NemesisStep
+from nemesis.context import NemesisContext, NemesisRecorder
+from nemesis.registry import NEMESES, nemesis_of
+from nemesis.schedule import NemesisStep
 
 log = logging.getLogger("schemachaos.nemesis")
 
 __all__ = ["NemesisContext", "apply_step", "heal_all", "run_schedule"]
 
 
-async def _start(ctx: NemesisContext, step: NemesisStep) -> dict[str, Any]:
-    kind = step.params["kind"]
-    if kind == "clock":
-        return await clock.start_clock(ctx, step.params)
-    if kind == "partition":
-        return await partition.start_partition(ctx, step.params)
-    if kind == "lagging-learner":
-        return await lagging.start_lagging(ctx, step.params)
-    if kind == "kill":
-        return await process.start_kill(ctx, step.params)
-    if kind == "pause":
-        return await process.start_pause(ctx, step.params)
-    raise ValueError(f"unknown nemesis kind {kind!r}")
+def _elapsed_ms(began: float) -> float:
+    return round((time.monotonic() - began) * 1000, 1)
 
 
 async def _stop(ctx: NemesisContext, fault: int, kind: str) -> dict[str, Any]:
     started = ctx.state.active.pop(fault, {"kind": kind})
-    if kind == "clock":
-        return await clock.reset_clocks(ctx)
-    if kind == "partition":
-        return await partition.heal_partition(ctx)
-    if kind == "lagging-learner":
-        return await lagging.stop_lagging(ctx, started)
-    if kind == "kill":
-        return await process.restart(ctx, started.get("nodes") or sorted(ctx.state.killed))
-    if kind == "pause":
-        return await process.resume(ctx, started.get("nodes") or sorted(ctx.state.paused))
-    raise ValueError(f"unknown nemesis kind {kind!r}")
+    return await nemesis_of(kind).stop(ctx, started)
 
 
 async def apply_step(
@@ -61,23 +40,19 @@ async def apply_step(
     began = time.monotonic()
     value: dict[str, Any]
     try:
-        if step.action == START[kind]:
+        nemesis = nemesis_of(kind)
+        if step.action == nemesis.start_action:
             ctx.state.active[fault] = dict(step.params)
-            value = await _start(ctx, step)
+            value = await nemesis.start(ctx, dict(step.params))
             ctx.state.active[fault].update(value)
-        elif step.action == STOP[kind]:
+        elif step.action == nemesis.stop_action:
             value = await _stop(ctx, fault, kind)
         else:
             raise ValueError(f"action {step.action!r} does not belong to {kind!r}")
     except Exception as e:
         log.warning("nemesis %s failed: %s", step.action, e)
         value = {"error": f"{type(e).__name__}: {e}"}
-    event = {
-        **step.params,
-        **value,
-        "at_s": step.at_s,
-        "elapsed_ms": round((time.monotonic() - began) * 1000, 1),
-    }
+    event = {**step.params, **value, "at_s": step.at_s, "elapsed_ms": _elapsed_ms(began)}
     recorder.nemesis(step.action, event)
     return event
 
@@ -104,32 +79,13 @@ async def run_schedule(
         await apply_step(ctx, step, recorder)
 
 
-async def _remove_network_faults(ctx: NemesisContext) -> dict[str, Any]:
-    """All our iptables rules and qdiscs off every node, in one round trip per node; what
-    remains of each (both 0 when healed)."""
-    commands = {
-        n: partition.remove_rules_command(None, ctx.host(n) if ctx.local else None)
-        + f"; {lagging.unshape_command()}"
-        for n in ctx.cluster.nodes
-    }
-    results = await run_on_each(ctx, commands)
-    out: dict[str, Any] = {"rules_remaining": {}, "qdiscs_remaining": {}}
-    for n, r in results.items():
-        if isinstance(r, BaseException):
-            out.setdefault("errors", {})[n] = f"{type(r).__name__}: {r}"
-            continue
-        lines = r.stdout.split()
-        out["rules_remaining"][n] = int(lines[-2]) if len(lines) >= 2 else None
-        out["qdiscs_remaining"][n] = int(lines[-1]) if lines else None
-    return out
-
-
 async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, Any]:
     """Undo every fault, the ones we know of and any a crash left behind, before final reads.
 
-    Each fault still in force gets its matching stop event (`by: heal-all`); then a sweep
-    resumes every node, restarts the killed, removes all our iptables rules and qdiscs,
-    releases apply inhibitors and resets every clock, recorded as one `heal-all` event.
+    Each fault still in force gets its matching stop event (`by: heal-all`); then every kind
+    sweeps (in the registry's reverse order: nodes resumed and restarted, our iptables rules
+    and qdiscs removed, apply inhibitors released, clocks reset), recorded as one `heal-all`
+    event. A sweep that fails is recorded and the others still run.
     """
     for fault, started in sorted(ctx.state.active.items()):
         kind = started["kind"]
@@ -139,39 +95,29 @@ async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, 
         except Exception as e:
             value = {"error": f"{type(e).__name__}: {e}"}
         recorder.nemesis(
-            STOP[kind],
+            nemesis_of(kind).stop_action,
             {
                 "fault": fault,
                 "kind": kind,
                 "by": "heal-all",
                 **value,
-                "elapsed_ms": round((time.monotonic() - began) * 1000, 1),
+                "elapsed_ms": _elapsed_ms(began),
             },
         )
     began = time.monotonic()
-    nodes = list(ctx.cluster.nodes)
     out: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    try:
-        out["resumed"] = await process.resume(ctx, nodes)
-        if ctx.state.killed:
-            out["restarted"] = await process.restart(ctx, sorted(ctx.state.killed))
-        # locally without root nothing could have added rules, and nothing can list them
-        if not (ctx.local and os.geteuid() != 0):
-            network = await _remove_network_faults(ctx)
-            errors.update(network.pop("errors", {}))
-            out.update(network)
-        held = sorted(set(ctx.cluster.learners) | ctx.state.inhibited)
-        if held and ctx.target.name == "schemasync":
-            released = await lagging.set_inhibit(ctx, held, False)
-            errors.update({f"inhibit {n}": why for n, why in released.items()})
-        ctx.state.inhibited.clear()
-        out["clock"] = await clock.reset_clocks(ctx)
-    except Exception as e:
-        log.warning("heal-all failed: %s", e)
-        out["error"] = f"{type(e).__name__}: {e}"
+    for kind, nemesis in reversed(NEMESES.items()):
+        try:
+            swept = await nemesis.sweep(ctx)
+        except Exception as e:
+            log.warning("heal-all of %s failed: %s", kind, e)
+            out.setdefault("error", f"{kind}: {type(e).__name__}: {e}")
+            continue
+        errors.update(swept.pop("errors", None) or {})
+        out.update(swept)
     if errors:
         out["errors"] = errors
-    out["elapsed_ms"] = round((time.monotonic() - began) * 1000, 1)
+    out["elapsed_ms"] = _elapsed_ms(began)
     recorder.nemesis("heal-all", out)
     return out

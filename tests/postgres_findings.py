@@ -31,7 +31,7 @@ def read_on_newer_schema(op: dict[str, Any], columns: dict[tuple[str, int], set[
     if op.get("op") != "r" or not isinstance(row, dict) or version is None:
         return False
     shape = set(row)
-    if columns.get((table, int(version))) == shape:
+    if columns.get((str(table), int(version))) == shape:
         return False
     return any(t == table and v > int(version) and c == shape for (t, v), c in columns.items())
 

@@ -12,8 +12,8 @@ import pytest
 
 from harness.cluster import Cluster, ClusterSpec, provision
 from harness.remote_local import tagged_processes
-from harness.target_schemasync import SchemaSyncTarget
 from schemasync.client import Client
+from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import free_local_base, node_image  # noqa: F401  (fixture)
 
 

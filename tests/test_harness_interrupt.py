@@ -107,6 +107,20 @@ def test_sigint_mid_run_leaves_nothing_and_a_readable_prefix(
     assert (run_dir / "nodes" / "n1" / "node.log").exists(), "node logs are collected on Ctrl-C"
 
 
+def _remove_guard(backend: str, run_id: str) -> None:
+    """SIGKILL the run's reaper (docker) or watchdog (local): they act on EOF, not on a kill."""
+    from harness.reaper import REAPER_LABEL, watchdog_processes
+
+    if backend == "docker":
+        import docker
+
+        label = f"{REAPER_LABEL}={run_id}"
+        for c in docker.from_env().containers.list(filters={"label": label}):
+            c.remove(force=True)
+    for pid in watchdog_processes(run_id):
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("backend", ["docker", "local"])
 def test_clean_after_sigkill_removes_what_the_run_left(
@@ -120,10 +134,11 @@ def test_clean_after_sigkill_removes_what_the_run_left(
     run_dir = (store / f"sigkill-{backend}" / "latest").resolve()
     _wait_for_events(proc, run_dir / "history.jsonl", 20)
     run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    _remove_guard(backend, run_id)  # `clean` is the fallback for when the guard died too
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     if backend == "docker":
-        assert _docker_leftovers(run_id), "a SIGKILLed controller leaves its containers"
+        assert _docker_leftovers(run_id), "without its guard, a SIGKILLed controller leaves nodes"
         assert (run_dir / ".tmp" / "ssh" / "id_ed25519").exists()
     else:
         assert tagged_processes(run_id), "a SIGKILLed controller leaves its node processes"

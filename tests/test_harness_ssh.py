@@ -16,7 +16,7 @@ from harness.cluster import ClusterSpec, ProvisionError, provision
 from harness.remote import RemoteError
 from harness.remote_docker import DockerNodes, _host_key, generate_run_key
 from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file
-from harness.target_schemasync import SchemaSyncTarget
+from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import node_image  # noqa: F401  (fixture)
 
 
@@ -116,6 +116,7 @@ def test_a_hung_connection_is_replaced_and_the_command_runs_once(sshd_hosts) -> 
 def test_ssh_refuses_an_unknown_host_key(sshd_hosts) -> None:
     nodes_file, _ = sshd_hosts
     h = load_nodes_file(nodes_file)[0]
+    assert h.key is not None
     wrong = paramiko.Ed25519Key.from_private_key_file(h.key)  # the user key is not the host key
     remote = SshRemote(h.name, h.host, key_file=h.key, host_keys=[wrong], connect_timeout=5)
     with pytest.raises(RemoteError, match="refused"):

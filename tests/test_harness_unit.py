@@ -14,12 +14,14 @@ import pytest
 from harness.cli import main
 from harness.cluster import Cluster, ProvisionError, remove_iptables_rules, resolve_backend
 from harness.images import apt_mirror, base_tag, node_tag
+from harness.options import RunOptions, options_from_run_json
 from harness.remote import normalize_signal, pgrep_command, pkill_command
 from harness.remote_local import LocalRemote, check_ports_free, local_address, tagged_processes
-from harness.run import RunOptions, options_from_run_json, run_json
+from harness.remote_ssh import load_nodes_file
+from harness.run import run_json
 from harness.store import new_run_dir
-from harness.target_schemasync import render_config
 from schemasync.config import parse_config
+from targets.schemasync import render_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -205,6 +207,17 @@ def test_bad_input_is_one_line_and_exit_254(argv: list[str], names: str, capsys)
     err = [line for line in err if not line.startswith("schemachaos: backend")]
     assert len(err) == 1, err
     assert names in err[0]
+
+
+def test_a_nodes_file_key_typo_is_bad_input_naming_the_key(tmp_path: Path, capsys) -> None:
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[[node]]\nname = "n1"\nhost = "10.0.0.1"\nprot = 22\n')
+    argv = ["run", "--backend", "ssh", "--nodes-file", str(nodes), "--store", str(tmp_path)]
+    assert main(argv) == 254
+    err = capsys.readouterr().err
+    assert f"{nodes}: node[0]: prot: unknown key (allowed: name, host, port, user, key" in err
+    nodes.write_text('[[node]]\nname = "n1"\nhost = "10.0.0.1"\nport = 22\n')
+    assert [h.port for h in load_nodes_file(nodes)] == [22]  # the fixed file is accepted
 
 
 def test_every_command_has_help() -> None:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.faketime import faketime_env, offset_literal
 from nemesis.clock import (
-    faketime_env,
-    offset_literal,
     stop_strobe_command,
     strobe_command,
     write_offset_command,

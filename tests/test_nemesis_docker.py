@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 import pytest
 
 from harness.cluster import Cluster, ClusterSpec, provision
-from harness.target_schemasync import SchemaSyncTarget
 from nemesis import NemesisStep, build_schedule, heal_all, run_schedule
 from nemesis.clock import measure, reset_clocks, start_clock
 from nemesis.context import NemesisContext, leader_of, metastore_leader, node_status, statuses
@@ -26,6 +25,7 @@ from nemesis.partition import grudge, heal_partition, start_partition
 from nemesis.process import restart, resume, start_kill, start_pause
 from nemesis.runner import apply_step
 from schemasync.client import Client
+from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import node_image  # noqa: F401  (fixture)
 from workloads.history import HistoryRecorder, read_history
 

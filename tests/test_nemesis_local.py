@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from harness.cluster import Cluster, ClusterSpec, provision
-from harness.target_schemasync import SchemaSyncTarget
 from nemesis import NemesisContext, NemesisStep, heal_all, run_schedule
 from nemesis.context import statuses
 from nemesis.lagging import start_lagging, stop_lagging
+from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import free_local_base
 from workloads.history import HistoryRecorder, read_history
 

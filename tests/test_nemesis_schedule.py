@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nemesis.clock import clock_params
 from nemesis.partition import SHAPES, grudge
 from nemesis.schedule import (
     KINDS,
     START,
     STOP,
     build_schedule,
-    clock_params,
     parse_kinds,
     schedule_from_json,
     schedule_to_json,

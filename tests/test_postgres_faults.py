@@ -24,10 +24,11 @@ import pytest
 
 from harness.cluster import Cluster, ClusterSpec, provision
 from harness.target import ClientError
-from harness.target_postgres import LSN_NOW, META, PostgresTarget
 from nemesis import NemesisContext, NemesisStep, heal_all
 from nemesis.lagging import QDISC_HANDLE
 from nemesis.runner import apply_step
+from targets.postgres import PostgresTarget
+from targets.postgres.sql import LSN_NOW, META
 from workloads.history import HistoryRecorder
 
 pytestmark = [pytest.mark.docker]

@@ -19,19 +19,14 @@ from typing import Any
 
 import pytest
 
-from harness.target_postgres import (
-    PostgresTarget,
-    column_meta,
-    from_db,
-    interface_type,
-    pg_type,
-    server_config,
-    sql_literal,
-    to_db,
-    translate_ddl,
-)
 from schemasync.ddl import parse_ddl
 from schemasync.types import parse_type
+from targets.postgres import PostgresTarget
+from targets.postgres.catalog import interface_type
+from targets.postgres.ddl import translate_ddl
+from targets.postgres.server import server_config
+from targets.postgres.sql import column_meta, pg_type, sql_literal
+from targets.sql_values import from_db, to_db
 from tests.postgres_findings import unexplained_conformance
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 

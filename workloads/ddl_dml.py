@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from workloads.column_types import value_for
 from workloads.generator import GeneratorBase, Mix, NextOp, Op, Reserve, Stagger
 from workloads.probes import ProbeGen
-from workloads.schema_model import DDL_KINDS, ModelLimits, SchemaModel, TableModel, value_for
+from workloads.schema_model import DDL_KINDS, ModelLimits, SchemaModel, TableModel
 
 DEFAULT_DDL_WEIGHTS: Mapping[str, float] = {
     "create_table": 1.0,

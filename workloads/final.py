@@ -42,9 +42,28 @@ async def final_reads(
     tables_and_indexes: list[dict],
     *,
     timeout_s: float = DEFAULT_OP_TIMEOUTS_S[FINAL_F],
+    every_node: bool = False,
 ) -> None:
     """Read everything at one ts on the first healthy node; a read that fails on a node is
-    retried on the next one. Each attempt is an invoke and a completion in the history."""
+    retried on the next one. Each attempt is an invoke and a completion in the history.
+
+    `every_node`: a target whose nodes keep their own copies (multi-master) is read whole on
+    every node, so replica-divergence can compare the copies."""
+    if every_node:
+        for node in nodes:
+            await _read_on(open_client, [node], recorder, tables_and_indexes, timeout_s)
+        return
+    await _read_on(open_client, nodes, recorder, tables_and_indexes, timeout_s)
+
+
+async def _read_on(
+    open_client: Callable[[str], Awaitable[TargetClient]],
+    nodes: Sequence[str],
+    recorder: HistoryRecorder,
+    tables_and_indexes: list[dict],
+    timeout_s: float,
+) -> None:
+    """Everything read once, on the first of `nodes` that answers, then the next for the rest."""
     process = recorder.max_process + 1
     pending = list(tables_and_indexes)
     total = len(pending)
@@ -76,7 +95,7 @@ async def final_reads(
             except Exception as e:
                 log.debug("closing the final-read client on %s failed: %s", node, e)
     if pending:
-        log.warning("final reads incomplete: %d of %d not read", len(pending), total)
+        log.warning("final reads on %s incomplete: %d of %d not read", nodes, len(pending), total)
 
 
 async def _open(open_client: Callable[[str], Awaitable[TargetClient]], node: str) -> Any:

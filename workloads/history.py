@@ -4,6 +4,10 @@ The history is the single interface between running and checking (shared/spec/hi
 the recorder is the one writer of `history.jsonl`: it assigns `index` and `time`, writes every
 event at once with one write(2) (a SIGKILLed controller leaves a readable prefix), and a
 background thread fsyncs it at most every ~100 ms.
+Beside it the same thread writes a columnar copy (`history.columnar.parquet`, row groups as the
+events come), so the checker of our own runs never parses JSON; the copy is complete only after
+close() writes its footer (with the event count and the JSONL's size), and it is dropped, never
+half-right, if an event does not fit its typed schema (the checker then reads the JSONL).
 It also enforces Jepsen's process rules, so a broken workload fails loudly instead of writing a
 history the checker would reject: one outstanding op per process, a completion only after an
 invoke, and no invoke from a process whose last op ended in `info`.
@@ -15,12 +19,81 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 CLIENT_COMPLETIONS = ("ok", "fail", "info")
 FSYNC_INTERVAL_NS = 100_000_000
 _TS_FIELDS = ("activation_ts", "commit_ts", "begin_ts", "op_ts", "ts")
+COLUMNAR_SUFFIX = ".columnar.parquet"
+# footer keys the checker compares with history.jsonl before trusting the copy
+META_EVENTS = b"schemachaos.events"
+META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
+_I = pa.int64()
+_S = pa.string()
+
+
+def _st(*fields: tuple[str, pa.DataType]) -> pa.StructType:
+    return pa.struct([pa.field(n, t) for n, t in fields])
+
+
+# The typed event the checker reads (checker.ingest.LINE_SCHEMA without its parse-error column):
+# polymorphic fields (rows, results, lookups, columns) are their JSON text.
+_OP = _st(
+    ("op", _S),
+    ("table", _S),
+    ("key", _I),
+    ("row", _S),
+    ("index", _S),
+    ("lookup", _S),
+    ("op_ts", _I),
+    ("node", _S),
+    ("schema_version", _I),
+    ("result", _S),
+)
+_VALUE = _st(
+    ("stmt", _S),
+    ("table", _S),
+    ("kind", _S),
+    ("catalog_version", _I),
+    ("activation_ts", _I),
+    ("index", _S),
+    ("ops", pa.list_(_OP)),
+    ("txn_id", _S),
+    ("begin_ts", _I),
+    ("commit_ts", _I),
+    ("tables", pa.map_(_S, _st(("base_ts", _I), ("schema_version", _I)))),
+    (
+        "participants",
+        pa.list_(
+            _st(("node", _S), ("table", _S), ("partition", _I), ("commit_schema_version", _I))
+        ),
+    ),
+    ("ts", _I),
+    ("table_schema_version", _I),
+    ("columns", _S),
+    ("schema_version", _I),
+    ("rows", pa.list_(_st(("key", _I), ("row", _S)))),
+    ("entries", pa.list_(_st(("key", _I), ("values", _S)))),
+    ("safe_time_waits", _st(*((n, pa.float64()) for n in ("count", "total_ms", "max_ms")))),
+)
+COLUMNAR_SCHEMA = pa.schema(
+    [
+        ("index", _I),
+        ("time", _I),
+        ("type", _S),
+        ("process", _S),
+        ("f", _S),
+        ("node", _S),
+        ("value", _VALUE),
+        ("error", _st(("code", _S), ("message", _S), ("retriable", pa.bool_()))),
+        ("value_json", _S),
+    ]
+)
 
 
 class HistoryError(RuntimeError):
@@ -30,15 +103,26 @@ class HistoryError(RuntimeError):
 class HistoryRecorder:
     """Append-only, thread-safe writer of `history.jsonl`; time 0 is `start_monotonic_ns`."""
 
-    def __init__(self, path: Path, start_monotonic_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        start_monotonic_ns: int | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        columnar: bool = True,
+    ) -> None:
         self.path = Path(path)
-        self.start_monotonic_ns = (
-            time.monotonic_ns() if start_monotonic_ns is None else start_monotonic_ns
-        )
+        # `clock_ns` is the monotonic clock of event times: a simulation passes its virtual one
+        self._clock_ns = clock_ns
+        self.start_monotonic_ns = clock_ns() if start_monotonic_ns is None else start_monotonic_ns
         self._lock = threading.Lock()
         if self.path.exists() and self.path.stat().st_size > 0:
             raise HistoryError(f"{self.path} already holds events; a run writes a fresh history")
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.columnar_path = self.path.with_name(self.path.stem + COLUMNAR_SUFFIX)
+        self._columnar: _ColumnarCopy | None = (
+            _ColumnarCopy(self.columnar_path) if columnar else None
+        )
+        self._pending: list[dict[str, Any]] = []
         self._index = 0
         self._dirty = False
         self._stop_sync = threading.Event()
@@ -71,7 +155,7 @@ class HistoryRecorder:
             return dict(self._open)
 
     def elapsed_ns(self) -> int:
-        return time.monotonic_ns() - self.start_monotonic_ns
+        return self._clock_ns() - self.start_monotonic_ns
 
     # -- events --------------------------------------------------------------------------
     def invoke(self, process: int, f: str, value: dict) -> dict:
@@ -122,6 +206,14 @@ class HistoryRecorder:
         with self._lock:
             return self._write({"type": "info", "process": "nemesis", "f": f, "value": value})
 
+    def monitor(self, value: dict) -> dict:
+        """Record one monitor sample (history.md): `{node: {...}}` read from the nodes at one
+        moment. It opens and closes no operation."""
+        with self._lock:
+            return self._write(
+                {"type": "info", "process": "monitor", "f": "sample", "value": value}
+            )
+
     def close(self) -> None:
         """Flush and fsync what is written; later events raise HistoryError."""
         with self._lock:
@@ -132,6 +224,10 @@ class HistoryRecorder:
         self._syncer.join()
         os.fsync(self._fd)
         os.close(self._fd)
+        if self._columnar is not None:
+            self._columnar.append(self._pending)
+            self._pending = []
+            self._columnar.finish(self._index, self.path.stat().st_size)
 
     def __enter__(self) -> HistoryRecorder:
         return self
@@ -143,7 +239,7 @@ class HistoryRecorder:
     def _write(self, fields: dict[str, Any]) -> dict:
         if self._closed:
             raise HistoryError(f"history {self.path} is closed")
-        now = time.monotonic_ns()
+        now = self._clock_ns()
         event = {"index": self._index, "time": now - self.start_monotonic_ns, **fields}
         line = json.dumps(event, separators=(",", ":"), default=_json_default) + "\n"
         data = line.encode("utf-8")
@@ -154,6 +250,8 @@ class HistoryRecorder:
             written += os.write(self._fd, data[written:])
         self._index += 1
         self._dirty = True
+        if self._columnar is not None:
+            self._pending.append(event)
         return event
 
     def _sync_loop(self) -> None:
@@ -166,6 +264,10 @@ class HistoryRecorder:
                     os.fsync(self._fd)
                 except OSError:
                     return  # closed under us: close() does the last fsync
+            if self._columnar is not None and len(self._pending) >= _ROW_GROUP_EVENTS:
+                with self._lock:  # swap the buffer; the encoding happens outside the lock
+                    batch, self._pending = self._pending, []
+                self._columnar.append(batch)
 
     def _note_ts(self, value: dict) -> None:
         for name in _TS_FIELDS:
@@ -176,6 +278,118 @@ class HistoryRecorder:
             ts = op.get("op_ts") if isinstance(op, dict) else None
             if isinstance(ts, int) and ts > self._max_ts:
                 self._max_ts = ts
+
+
+_ROW_GROUP_EVENTS = 4096
+
+
+class _Unfit(ValueError):
+    """An event field that the typed columnar copy cannot hold as the checker would read it."""
+
+
+class _ColumnarCopy:
+    """The Parquet copy of the history, written by the fsync thread (and close) only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if path.exists():
+            path.unlink()  # a stale copy of an earlier run in this directory
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
+            path, COLUMNAR_SCHEMA, compression="zstd"
+        )
+
+    def append(self, events: list[dict[str, Any]]) -> None:
+        if self._writer is None or not events:
+            return
+        try:
+            rows = [_columnar_row(e) for e in events]
+            self._writer.write_table(pa.Table.from_pylist(rows, COLUMNAR_SCHEMA))
+        except (_Unfit, pa.ArrowException, TypeError, ValueError, OverflowError):
+            self._drop()
+
+    def finish(self, events: int, jsonl_bytes: int) -> None:
+        if self._writer is None:
+            return
+        self._writer.add_key_value_metadata(
+            {META_EVENTS: str(events).encode(), META_JSONL_BYTES: str(jsonl_bytes).encode()}
+        )
+        self._writer.close()
+        self._writer = None
+
+    def _drop(self) -> None:
+        """Give the copy up: the checker reads history.jsonl instead."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            finally:
+                self.path.unlink(missing_ok=True)
+
+
+def _columnar_row(event: dict[str, Any]) -> dict[str, Any]:
+    process = event["process"]
+    client = isinstance(process, int) and not isinstance(process, bool)
+    value = event.get("value")
+    row: dict[str, Any] = {
+        "index": event["index"],
+        "time": event["time"],
+        "type": event["type"],
+        "process": str(process),
+        "f": _text(event.get("f")),
+        "node": _text(event.get("node")),
+        "value": _fit(value, _VALUE) if client else None,
+        "error": _fit(event.get("error"), COLUMNAR_SCHEMA.field("error").type),
+        "value_json": None if client else _json_text(value),
+    }
+    return row
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def _text(value: Any) -> str | None:
+    """A string field as the checker's JSON parse gives it: a string, or other JSON as text."""
+    if value is None or isinstance(value, str):
+        return value
+    return _json_text(value)
+
+
+def _fit(value: Any, typ: pa.DataType) -> Any:
+    """`value` shaped for `typ`, or _Unfit where the JSON parse would null it (and flag the
+    line), so that the copy never says something the JSONL does not."""
+    if value is None:
+        return None
+    if pa.types.is_string(typ):
+        return _text(value)
+    if pa.types.is_int64(typ):
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+            raise _Unfit(value)
+        return value
+    if pa.types.is_floating(typ):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _Unfit(value)
+        return float(value)
+    if pa.types.is_boolean(typ):
+        if not isinstance(value, bool):
+            raise _Unfit(value)
+        return value
+    if isinstance(typ, pa.StructType):
+        if not isinstance(value, dict):
+            raise _Unfit(value)
+        return {
+            typ.field(i).name: _fit(value.get(typ.field(i).name), typ.field(i).type)
+            for i in range(typ.num_fields)
+        }
+    if isinstance(typ, pa.MapType):
+        if not isinstance(value, dict):
+            raise _Unfit(value)
+        return [(str(k), _fit(v, typ.item_type)) for k, v in value.items()]
+    if isinstance(typ, pa.ListType):
+        if not isinstance(value, list | tuple):
+            raise _Unfit(value)
+        return [_fit(v, typ.value_type) for v in value]
+    raise _Unfit(typ)
 
 
 def _error_fields(error: dict) -> dict:

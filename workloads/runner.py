@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -39,7 +38,14 @@ CLOSE_TIMEOUT_S = 2.0
 RETRY_CONNECT_S = 1.0
 UNREACHABLE_BACKOFF_S = 0.05
 IDLE_SLEEP_S = 0.005
-_METHODS = {"ddl": "ddl", "txn": "txn", "probe": "probe", "final-read": "final_read"}
+ClientCall = Callable[[TargetClient, dict], Awaitable[dict[str, Any]]]
+# the history's `f` -> the TargetClient call that performs it (typed: no lookup by name)
+_CALLS: dict[str, ClientCall] = {
+    "ddl": lambda client, value: client.ddl(value),
+    "txn": lambda client, value: client.txn(value),
+    "probe": lambda client, value: client.probe(value),
+    "final-read": lambda client, value: client.final_read(value),
+}
 
 
 class RunStats:
@@ -130,7 +136,7 @@ async def run_clients(
     timeouts = {**DEFAULT_OP_TIMEOUTS_S, **(op_timeouts_s or {})}
     stats = RunStats()
     rng = random.Random(f"{seed}:runner")
-    start = time.monotonic()
+    start = _now()
     deadline = start + time_limit_s
     stopping = stop if stop is not None else asyncio.Event()
     wakeup = _Wakeup()
@@ -139,7 +145,7 @@ async def run_clients(
     def report() -> None:
         if progress is None:
             return
-        now = time.monotonic()
+        now = _now()
         if now - last_progress[0] >= 0.25:
             last_progress[0] = now
             progress({"phase": "clients", "elapsed_s": now - start, **stats.totals()})
@@ -147,8 +153,8 @@ async def run_clients(
     async def work(worker: _Worker) -> None:
         jitter = random.Random(rng.random())
         try:
-            while not stopping.is_set() and time.monotonic() < deadline:
-                op = generator.next_op(worker.process, time.monotonic() - start)
+            while not stopping.is_set() and _now() < deadline:
+                op = generator.next_op(worker.process, _now() - start)
                 if op == DONE:
                     return
                 if op is None:
@@ -168,7 +174,7 @@ async def run_clients(
     async with asyncio.TaskGroup() as tg:
         for w in workers:
             tg.create_task(work(w), name=f"worker-{w.process}")
-    summary = stats.summary(time.monotonic() - start)
+    summary = stats.summary(_now() - start)
     if progress is not None:
         progress({"phase": "clients-done", **summary})
     return summary
@@ -185,8 +191,8 @@ async def _perform(
 ) -> None:
     """Invoke, call, complete: exactly one completion per invoke, whatever happens."""
     timeout = op.timeout_s if op.timeout_s is not None else timeouts.get(op.f, 10.0)
-    method = _METHODS.get(op.f)
-    if method is None:
+    call = _CALLS.get(op.f)
+    if call is None:
         raise ValueError(f"no client call for op f={op.f!r}")
     node, client, connect_error = await _client_for(worker, op, open_client)
     recorder.invoke(op.process, op.f, op.value)
@@ -205,7 +211,7 @@ async def _perform(
     error_obj: dict | None = None
     try:
         async with asyncio.timeout(timeout):
-            result = await getattr(client, method)(op.value)
+            result = await call(client, op.value)
         outcome, value = "ok", {**op.value, **result}
     except ClientError as e:
         outcome = "fail" if e.definite else "info"
@@ -223,7 +229,7 @@ async def _perform(
         outcome, value = "info", dict(op.value)
         error_obj = {"code": "UNAVAILABLE", "message": f"connection lost: {e}", "retriable": True}
     except Exception as e:  # a client bug must not lose the completion, nor the run
-        log.exception("client %s.%s raised", type(client).__name__, method)
+        log.exception("client %s raised on %s", type(client).__name__, op.f)
         outcome, value = "info", dict(op.value)
         error_obj = {"code": "INTERNAL", "message": f"{type(e).__name__}: {e}", "retriable": False}
     completion = recorder.complete(op.process, outcome, op.f, value, client.node or node, error_obj)
@@ -235,6 +241,11 @@ async def _perform(
         if stale is not None:
             await _close(stale)
     generator.observe(op, completion)
+
+
+def _now() -> float:
+    """The event loop's clock: real monotonic time on a real run, virtual time in simulation."""
+    return asyncio.get_running_loop().time()
 
 
 def _error(code: str, message: str, retriable: bool) -> dict:
@@ -256,7 +267,7 @@ async def _client_for(
         client = worker.clients.get(node)
         if client is not None:
             return node, client, ""
-        if time.monotonic() < worker.refused_until.get(node, 0.0):
+        if _now() < worker.refused_until.get(node, 0.0):
             errors.append(f"{node}: refused a connection less than {RETRY_CONNECT_S} s ago")
             continue
         try:
@@ -264,7 +275,7 @@ async def _client_for(
                 client = await open_client(node)
         except Exception as e:  # connection refused, timeout, node down: try the next node
             errors.append(f"{node}: {type(e).__name__}: {e}")
-            worker.refused_until[node] = time.monotonic() + RETRY_CONNECT_S
+            worker.refused_until[node] = _now() + RETRY_CONNECT_S
             continue
         worker.clients[node] = client
         if op.node_hint is None:

@@ -2,8 +2,9 @@
 
 A scenario is data, so a run can be named, stored, repeated and gated on. Flags given on the
 command line override its values (`apply_overrides`). Its field names are the harness's
-`RunOptions` names, so `run_options_fields()` feeds `RunOptions(**...)` directly. Bad input
-gives one `ScenarioError` naming the file and the key, never a traceback.
+`RunOptions` names, so `run_options_fields()` feeds `RunOptions(**...)` directly. The file's
+shape is a pydantic model (`ScenarioFile`): bad input gives one `ScenarioError` naming the
+file, the key and what is allowed, never a traceback.
 
     name = "no-safe-time-wait"            # optional; defaults to the file name
     description = "..."
@@ -13,7 +14,8 @@ gives one `ScenarioError` naming the file and the key, never a traceback.
     expect = ["ap-violation"]             # anomaly classes it must produce ([] = valid)
     [target]                              # name, nodes, voters, delay_ms, max_skew_ms,
     toggles = ["no-safe-time-wait"]       # idle_safe_time_interval_ms, toggles; any other key
-    partitions = 4                        # is node config passed through (target_config)
+    partitions = 4                        # is the target's setting (target_config), checked
+                                          # by that target (harness.target.SettingsChecker)
     [nemesis]
     kinds = ["lagging-learner"]
     interval_s = 5
@@ -30,16 +32,33 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from checker.anomaly_classes import ANOMALY_CLASSES
 from schemasync.toggles import TOGGLES
+from workloads.config_errors import first_problem, one_of
 
 # What `expect` may name: the anomaly classes, plus the one liveness finding judged from
 # results.json's stats rather than its anomalies (no-safe-time-recovery's unavailability windows).
 UNAVAILABILITY = "unavailability"
 EXPECTABLE: tuple[str, ...] = (*ANOMALY_CLASSES, UNAVAILABILITY)
 BACKENDS: tuple[str, ...] = ("auto", "docker", "local", "ssh")
+
+
+def _one_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r} (allowed: {', '.join(BACKENDS)})")
+    return name
 
 
 class ScenarioError(ValueError):
@@ -120,17 +139,63 @@ def json_plain(value: Any) -> Any:
     return value
 
 
-_TOP = {"name", "description", "seed", "time_limit_s", "concurrency", "backend", "expect"}
-_TARGET = {
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TargetTable(BaseModel):
+    """`[target]`: the harness's keys; any other key is the target's own setting (checked by
+    that target's settings model when the run starts)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: StrictStr | None = None
+    nodes: Annotated[StrictInt, Field(ge=1)] | None = None
+    voters: Annotated[StrictInt, Field(ge=1)] | None = None
+    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
+    delay_duration_ms: Annotated[StrictInt, Field(ge=0)] | None = None  # the node's name
+    max_skew_ms: Annotated[StrictInt, Field(ge=0)] | None = None
+    max_clock_skew_ms: Annotated[StrictInt, Field(ge=0)] | None = None  # the node's name
+    idle_safe_time_interval_ms: Annotated[StrictInt, Field(ge=1)] | None = None
+    toggles: Annotated[list[StrictStr], AfterValidator(one_of(TOGGLES, "toggle"))] | None = None
+
+
+class NemesisTable(_Table):
+    kinds: list[StrictStr] | None = None
+    interval_s: Annotated[float, Field(gt=0)] | None = None
+    options: dict[str, Any] | None = None
+
+
+class WorkloadTable(BaseModel):
+    """`[workload]`: its name; any other key is a workload option (the workload checks it)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: StrictStr | None = None
+
+
+class ScenarioFile(_Table):
+    """A scenario file's shape: unknown keys and wrong types are refused, naming the key."""
+
+    name: StrictStr | None = None
+    description: StrictStr | None = None
+    seed: Annotated[StrictInt, Field(ge=0)] | None = None
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    concurrency: Annotated[StrictInt, Field(ge=1)] | None = None
+    backend: Annotated[StrictStr, AfterValidator(_one_backend)] | None = None
+    expect: (
+        Annotated[list[StrictStr], AfterValidator(one_of(EXPECTABLE, "anomaly class"))] | None
+    ) = None
+    target: TargetTable = TargetTable()
+    nemesis: NemesisTable = NemesisTable()
+    workload: WorkloadTable = WorkloadTable()
+
+
+# [target] keys that are Scenario fields under another name; the rest keep theirs
+_TARGET_FIELD = {
     "name": "target",
-    "nodes": "nodes",
-    "voters": "voters",
-    "delay_ms": "delay_ms",
     "delay_duration_ms": "delay_ms",
-    "max_skew_ms": "max_skew_ms",
     "max_clock_skew_ms": "max_skew_ms",
-    "idle_safe_time_interval_ms": "idle_safe_time_interval_ms",
-    "toggles": "toggles",
 }
 
 
@@ -143,7 +208,7 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(where, "-", "no such file") from None
     except OSError as e:
         raise ScenarioError(where, "-", f"cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ScenarioError(where, "-", f"not valid TOML: {e}") from None
     return scenario_from_dict(data, where, default_name=Path(path).stem)
 
@@ -162,43 +227,30 @@ def load_run_options(path: Path) -> dict[str, Any]:
 
 def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -> Scenario:
     """A Scenario from parsed TOML (what `load_scenario` does after reading the file)."""
+    try:
+        parsed = ScenarioFile.model_validate(data)
+    except ValidationError as e:
+        key, why = first_problem(ScenarioFile, e)
+        raise ScenarioError(where, key, why) from None
     values: dict[str, Any] = {"name": default_name, "path": where}
-    for key, raw in data.items():
-        if key in ("target", "nemesis", "workload"):
-            if not isinstance(raw, Mapping):
-                raise ScenarioError(where, key, "must be a table")
-            continue
-        if key not in _TOP:
-            known = ", ".join(sorted(_TOP | {"target", "nemesis", "workload"}))
-            raise ScenarioError(where, key, f"unknown key (known: {known})")
-        values[key] = raw
-
-    target = data.get("target", {})
-    extra: dict[str, Any] = {}
-    for key, raw in target.items():
-        if key in _TARGET:
-            values[_TARGET[key]] = raw
-        else:
-            extra[key] = raw
-    values["target_config"] = json_plain(extra)
-
-    nemesis = data.get("nemesis", {})
-    for key, raw in nemesis.items():
-        if key == "kinds":
-            values["nemesis"] = raw
-        elif key == "interval_s":
-            values["nemesis_interval_s"] = raw
-        elif key == "options":
-            if not isinstance(raw, Mapping):
-                raise ScenarioError(where, "nemesis.options", "must be a table")
-            values["nemesis_options"] = json_plain(raw)
-        else:
-            raise ScenarioError(where, f"nemesis.{key}", "unknown key (kinds, interval_s, options)")
-
-    workload = dict(data.get("workload", {}))
-    if "name" in workload:
-        values["workload"] = workload.pop("name")
-    values["workload_options"] = json_plain(workload)
+    top = parsed.model_dump(exclude={"target", "nemesis", "workload"}, exclude_none=True)
+    values.update(top)
+    target = parsed.target.model_dump(exclude_none=True)
+    for key in parsed.target.model_extra or {}:
+        target.pop(key, None)
+    for key, value in target.items():
+        values[_TARGET_FIELD.get(key, key)] = value
+    values["target_config"] = json_plain(parsed.target.model_extra or {})
+    nemesis = parsed.nemesis
+    if nemesis.kinds is not None:
+        values["nemesis"] = nemesis.kinds
+    if nemesis.interval_s is not None:
+        values["nemesis_interval_s"] = nemesis.interval_s
+    if nemesis.options is not None:
+        values["nemesis_options"] = json_plain(nemesis.options)
+    if parsed.workload.name is not None:
+        values["workload"] = parsed.workload.name
+    values["workload_options"] = json_plain(parsed.workload.model_extra or {})
     return _checked(values, where)
 
 

@@ -12,40 +12,32 @@ import logging
 import shlex
 import tarfile
 import tempfile
-import threading
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from harness.cluster import REPO_ROOT, Cluster
-from harness.remote import Remote, RemoteError, pgrep_command
-from harness.target import ClientError, TargetSetupError
+import schemasync
+from harness.faketime import faketime_env
+from harness.remote import Remote, RemoteError, in_thread, on_each_node, pgrep_command
+from harness.target import ClientError, ClusterView, TargetSetupError
+from schemasync.client import Client
+from targets.schemasync.client import OP_TIMEOUT_S, SchemaSyncClient, client_error
+from targets.schemasync.config import DEFAULT_CONFIG, render_config
+from targets.schemasync.config import check_settings as check_node_settings
 
 log = logging.getLogger("schemachaos.target")
-T = TypeVar("T")
 
-DEFAULT_CONFIG: dict[str, Any] = {
-    "delay_duration_ms": 500,
-    "max_clock_skew_ms": 500,
-    "idle_safe_time_interval_ms": 250,
-    "partitions": 4,
-    "base_ts": "enlist",
-    "rename_column_compatible": True,
-    "toggles": [],
-}
+# the tree whose `schemasync/` package is uploaded to nodes that do not share this checkout
+SOURCE_ROOT = Path(schemasync.__file__).resolve().parent.parent
 FAKETIME_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
     "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
     "/usr/lib/faketime/libfaketime.so.1",
     "/usr/local/lib/faketime/libfaketime.so.1",
 )
-# Node errors after which the op may still have taken effect: recorded as `info`.
-INDEFINITE_CODES = frozenset({"TIMEOUT", "INTERNAL"})
-INDEFINITE_DDL_CODES = INDEFINITE_CODES | {"UNAVAILABLE"}
-OP_TIMEOUT_S = 60.0  # a backstop: the workload runner sets the real per-op timeouts
 CONNECT_TIMEOUT_S = 5.0
+ADMIN_TIMEOUT_S = 1.5  # a paused node accepts a connection and never answers
 
 
 class TargetError(TargetSetupError):
@@ -56,72 +48,6 @@ class CatalogUnreadable(Exception):
     """No node answered admin.catalog_log: the run cannot be checked (verdict unknown)."""
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple | frozenset | set):
-        items = sorted(value) if isinstance(value, set | frozenset) else value
-        return "[" + ", ".join(_toml_value(v) for v in items) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def render_config(cluster: Cluster, node: str, config: dict[str, Any]) -> str:
-    """The TOML of docs/interfaces.md for one node."""
-    root = cluster.node_dirs[node]
-    merged = {**DEFAULT_CONFIG, **config}
-    lines = [
-        f"name = {_toml_value(node)}",
-        f"data_dir = {_toml_value(root)}",
-        f"voters = {_toml_value(cluster.voters)}",
-        f"log_file = {_toml_value(root + '/node.log')}",
-    ]
-    for key in sorted(merged):
-        value = merged[key]
-        if key in {"name", "data_dir", "voters", "log_file", "nodes"} or value is None:
-            continue
-        if isinstance(value, dict):
-            continue
-        lines.append(f"{key} = {_toml_value(value)}")
-    for other in cluster.nodes:
-        lines.append("")
-        lines.append(f"[nodes.{other}]")
-        lines.append(f"host = {_toml_value(cluster.remotes[other].host)}")
-        for port_name, port in cluster.ports.items():
-            lines.append(f"{port_name} = {port}")
-    return "\n".join(lines) + "\n"
-
-
-def run_coroutine(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from sync code, even when an event loop is running here."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_as_coroutine(factory))
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def runner() -> None:
-        try:
-            result.append(asyncio.run(_as_coroutine(factory)))
-        except BaseException as e:
-            error.append(e)
-
-    thread = threading.Thread(target=runner, name="schemachaos-sync-bridge")
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
-
-
-async def _as_coroutine(factory: Callable[[], Awaitable[T]]) -> T:
-    return await factory()
-
-
 class SchemaSyncTarget:
     """Target for `schemasync` node processes, on any backend's Remote."""
 
@@ -130,12 +56,12 @@ class SchemaSyncTarget:
     capabilities = frozenset({"hlc", "op-schema-version", "participants", "catalog-log"})
 
     def __init__(self) -> None:
-        self.cluster: Cluster | None = None
+        self.cluster: ClusterView | None = None
         self.config: dict[str, Any] = dict(DEFAULT_CONFIG)
         self.faketime_lib: dict[str, str] = {}
 
     # -- helpers ---------------------------------------------------------------------------
-    def _cluster(self) -> Cluster:
+    def _cluster(self) -> ClusterView:
         if self.cluster is None:
             raise TargetError("target used before setup()")
         return self.cluster
@@ -164,26 +90,44 @@ class SchemaSyncTarget:
         cluster = self._cluster()
         return f"{cluster.remotes[node].host}:{cluster.ports['client_port']}"
 
-    def _parallel(self, fn: Callable[[str], None], nodes: list[str] | None = None) -> None:
-        nodes = nodes if nodes is not None else self._cluster().nodes
-        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-            for future in [pool.submit(fn, n) for n in nodes]:
-                future.result()
+    @staticmethod
+    def check_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings given, checked (`config.SchemaSyncSettings`), or SettingsError."""
+        return check_node_settings(config)
+
+    def software_version(self, node: str) -> str:
+        """The digest of the `schemasync` sources the node imports (this tree, uploaded or
+        shared), so a stored run names the code its nodes ran, not only the harness commit."""
+        cluster = self._cluster()
+        env = f"PYTHONPATH={shlex.quote(cluster.code_dir)} " if cluster.code_dir else ""
+        script = (
+            "import hashlib, pathlib, schemasync; p = pathlib.Path(schemasync.__file__).parent; "
+            "h = hashlib.sha256(); "
+            "[h.update(f.relative_to(p).as_posix().encode() + f.read_bytes()) "
+            "for f in sorted(p.rglob('*.py')) if '__pycache__' not in f.parts]; "
+            "print(h.hexdigest()[:16])"
+        )
+        done = self._remote(node).run(
+            # from `/`: `python -c` imports the working directory's package first
+            f"cd / && {env}{shlex.quote(cluster.python)} -c {shlex.quote(script)}",
+            timeout=10.0,
+        )
+        return f"schemasync sources sha256:{done.stdout.strip()}"
 
     # -- lifecycle -------------------------------------------------------------------------
-    def setup(self, cluster: Cluster, config: dict[str, Any]) -> None:
+    def setup(self, cluster: ClusterView, config: dict[str, Any]) -> None:
         """Install code where needed, write configs, reset data and the faketime file."""
         self.cluster = cluster
-        self.config = {**DEFAULT_CONFIG, **config}
+        self.config = {**DEFAULT_CONFIG, **check_node_settings(config)}
         code = self._code_tarball() if cluster.upload_code_to else None
-        self._parallel(lambda n: self._setup_node(n, code))
+        on_each_node(lambda n: self._setup_node(n, code), cluster.nodes)
 
     def _code_tarball(self) -> bytes:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for p in sorted((REPO_ROOT / "schemasync").rglob("*.py")):
+            for p in sorted((SOURCE_ROOT / "schemasync").rglob("*.py")):
                 if "__pycache__" not in p.parts:
-                    tar.add(p, arcname=str(p.relative_to(REPO_ROOT)))
+                    tar.add(p, arcname=str(p.relative_to(SOURCE_ROOT)))
         return buf.getvalue()
 
     def _setup_node(self, node: str, code: bytes | None) -> None:
@@ -231,10 +175,7 @@ class SchemaSyncTarget:
         cluster = self._cluster()
         root = shlex.quote(self.node_dir(node))
         env = {
-            "LD_PRELOAD": self.faketime_lib[node],
-            "FAKETIME_TIMESTAMP_FILE": self.faketime_file(node),
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_NO_CACHE": "1",
+            **faketime_env(self.faketime_file(node), self.faketime_lib[node]),
             "PYTHONPATH": cluster.code_dir or "",
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -276,15 +217,16 @@ class SchemaSyncTarget:
         self._remote(node).signal(self.process_pattern(node), "CONT")
 
     def start_all(self) -> None:
-        self._parallel(self.start)
+        on_each_node(self.start, self._cluster().nodes)
 
     # -- readiness -------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:
+        """`wait_ready_async` for callers without an event loop (tests, benchmarks)."""
+        asyncio.run(self.wait_ready_async(timeout))
+
+    async def wait_ready_async(self, timeout: float) -> None:
         """Until a Meta Storage leader is known on every node and every node applied the
         leader's commit index; raises TargetError naming the nodes that are not there."""
-        run_coroutine(lambda: self._wait_ready(timeout))
-
-    async def _wait_ready(self, timeout: float) -> None:
         cluster = self._cluster()
         last: dict[str, str] = {n: "no answer" for n in cluster.nodes}
         deadline = time.monotonic() + timeout
@@ -325,7 +267,7 @@ class SchemaSyncTarget:
             if time.monotonic() >= next_liveness:
                 next_liveness = time.monotonic() + 1.0
                 silent = [n for n in cluster.nodes if n not in answers]
-                dead = await asyncio.to_thread(self._dead, silent)
+                dead = await in_thread(self._dead, silent)
                 if dead:
                     raise TargetError(
                         f"{dead[0]}: node process exited: {self._last_words(dead[0])}"
@@ -346,8 +288,6 @@ class SchemaSyncTarget:
         return text[-600:] or "no output"
 
     async def _status_once(self, node: str) -> dict[str, Any]:
-        from schemasync.client import Client
-
         async with asyncio.timeout(2.0):
             client = await Client.connect([self.client_address(node)], timeout=2.0)
             try:
@@ -371,8 +311,6 @@ class SchemaSyncTarget:
                 log.warning("log %s of %s not collected: %s", name, node, e)
 
     async def client(self, node: str) -> SchemaSyncClient:
-        from schemasync.client import Client
-
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 raw = await Client.connect([self.client_address(node)], timeout=OP_TIMEOUT_S)
@@ -381,13 +319,20 @@ class SchemaSyncTarget:
                 "UNAVAILABLE", f"cannot connect to {node}: {e}", retriable=True, definite=True
             ) from e
         except Exception as e:
-            raise _client_error(e, indefinite=frozenset()) from e
+            raise client_error(e, indefinite=frozenset()) from e
         return SchemaSyncClient(node, raw)
+
+    async def inhibit_apply(self, node: str, hold: bool) -> dict[str, Any]:
+        """admin.inhibit_apply: hold (or release) the node's apply of Meta Storage entries."""
+        async with asyncio.timeout(ADMIN_TIMEOUT_S * 2):
+            client = await Client.connect([self.client_address(node)], timeout=ADMIN_TIMEOUT_S)
+            try:
+                return dict(await client.inhibit_apply(hold))
+            finally:
+                await client.close()
 
     async def catalog_log(self) -> list[dict[str, Any]]:
         """The catalog versions from the first node that answers (the leader's view first)."""
-        from schemasync.client import Client
-
         cluster = self._cluster()
         errors: list[str] = []
         for node in cluster.nodes:
@@ -413,100 +358,4 @@ class SchemaSyncTarget:
             except RemoteError as e:
                 log.warning("teardown of %s: %s", node, e)
 
-        self._parallel(down)
-
-
-def _client_error(e: BaseException, indefinite: frozenset[str]) -> ClientError:
-    """Map what the client library raised to a ClientError with the right definiteness."""
-    from schemasync.client import SchemaSyncError
-
-    if isinstance(e, ClientError):
-        return e
-    if isinstance(e, SchemaSyncError):
-        value = getattr(e, "value", None)
-        said = e.data.get("definite") if isinstance(getattr(e, "data", None), dict) else None
-        return ClientError(
-            e.code,
-            e.message,
-            retriable=bool(e.retriable),
-            definite=said if isinstance(said, bool) else e.code not in indefinite,
-            value=_reached(value) if isinstance(value, dict) else None,
-        )
-    if isinstance(e, TimeoutError):
-        return ClientError("TIMEOUT", "no reply in time", retriable=True, definite=False)
-    if isinstance(e, OSError | EOFError | ConnectionError | asyncio.IncompleteReadError):
-        return ClientError("UNAVAILABLE", f"connection lost: {e}", retriable=True, definite=False)
-    return ClientError("INTERNAL", f"{type(e).__name__}: {e}", retriable=False, definite=False)
-
-
-def _reached(value: dict[str, Any]) -> dict[str, Any]:
-    """A failed txn's partial value as history.md has it: what the txn reached. An implicit
-    txn that failed before it had an id carries `txn_id: null`; the field is left out."""
-    return {k: v for k, v in value.items() if not (k == "txn_id" and v is None)}
-
-
-class SchemaSyncClient:
-    """TargetClient over `schemasync.client.Client`: one node, explicit timeouts per op."""
-
-    def __init__(self, node: str, client: Any, timeout_s: float = OP_TIMEOUT_S) -> None:
-        self.node = node
-        self._client = client
-        self._timeout = timeout_s
-
-    async def _call(self, fn: Callable[[], Awaitable[T]], indefinite: frozenset[str]) -> T:
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await fn()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            raise _client_error(e, indefinite) from e
-
-    async def ddl(self, value: dict[str, Any]) -> dict[str, Any]:
-        reply = await self._call(lambda: self._client.ddl(value["stmt"]), INDEFINITE_DDL_CODES)
-        return {
-            **value,
-            "catalog_version": reply["catalog_version"],
-            "activation_ts": reply["activation_ts"],
-        }
-
-    async def txn(self, value: dict[str, Any]) -> dict[str, Any]:
-        from schemasync.txn_client import run_txn
-
-        implicit = bool(value.get("implicit"))
-        reply = await self._call(
-            lambda: run_txn(self._client, value["ops"], implicit=implicit), INDEFINITE_CODES
-        )
-        return dict(reply)
-
-    async def probe(self, value: dict[str, Any]) -> dict[str, Any]:
-        reply = await self._call(
-            lambda: self._client.probe(value.get("table"), value.get("ts")), INDEFINITE_CODES
-        )
-        return dict(reply)
-
-    async def final_read(self, value: dict[str, Any]) -> dict[str, Any]:
-        if value.get("index"):
-            body = {"table": value["table"], "index": value["index"], "ts": value.get("ts")}
-            kind = "read.index"
-        else:
-            body = {"table": value["table"], "ts": value.get("ts")}
-            kind = "read.table"
-        reply = await self._call(
-            lambda: self._client.request(kind, body, timeout=self._timeout), INDEFINITE_CODES
-        )
-        return dict(reply)
-
-    async def status(self) -> dict[str, Any]:
-        return dict(await self._call(self._client.status, INDEFINITE_CODES))
-
-    async def set_delay(self, delay_duration_ms: int) -> None:
-        """The node's live DD (admin.set_delay): the `delay` nemesis's hook."""
-        await self._call(lambda: self._client.set_delay(delay_duration_ms), INDEFINITE_CODES)
-
-    async def close(self) -> None:
-        try:
-            async with asyncio.timeout(5):
-                await self._client.close()
-        except Exception as e:
-            log.debug("closing client of %s: %s", self.node, e)
+        on_each_node(down, self._cluster().nodes)

@@ -26,7 +26,9 @@ from harness.images import (
     _stream_lines,
     apt_mirror,
     build_layer,
-    image_exists,
+    drop_apt_caches,
+    ensure_layered,
+    import_rootfs,
     remove_rootfs,
 )
 
@@ -92,30 +94,7 @@ def _debootstrap_pg(rootfs: Path, mirror: str, progress: Progress) -> None:
     subprocess.run(["rm", "-rf", str(rootfs / "etc/postgresql" / str(PG_MAJOR))], check=True)
     for d in ("run/sshd", "root/.ssh", "var/lib/schemasync"):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
-    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-        for p in (rootfs / junk).glob("*"):
-            if p.is_file():
-                p.unlink()
-
-
-def _import_pg_rootfs(client: object, rootfs: Path, tag: str, progress: Progress) -> None:
-    repo, _, version = tag.partition(":")
-    progress(f"docker import {tag}")
-    tar = subprocess.Popen(
-        ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert tar.stdout is not None
-    try:
-        client.api.import_image(  # type: ignore[attr-defined]
-            src=tar.stdout, stream_src=True, repository=repo, tag=version, changes=PG_BASE_CHANGES
-        )
-    finally:
-        tar.stdout.close()
-        err = tar.stderr.read().decode() if tar.stderr else ""
-        if tar.wait() != 0:
-            raise ImageBuildError(f"tar of the rootfs failed: {err.strip()}")
+    drop_apt_caches(rootfs)
 
 
 def build_pg_base(client: object, tag: str, progress: Progress, mirror: str | None = None) -> None:
@@ -126,7 +105,7 @@ def build_pg_base(client: object, tag: str, progress: Progress, mirror: str | No
     try:
         rootfs = tmp / "rootfs"
         _debootstrap_pg(rootfs, mirror or apt_mirror(), progress)
-        _import_pg_rootfs(client, rootfs, tag, progress)
+        import_rootfs(client, rootfs, tag, progress, PG_BASE_CHANGES)
     finally:
         remove_rootfs(tmp, progress)
 
@@ -154,29 +133,15 @@ def ensure_postgres_image(
     docker_client = client or docker.from_env()
     base = pg_base_tag()
     tag = pg_tag(base)
-    if force or not image_exists(docker_client, base):
-        build_pg_base(docker_client, base, progress)
-    else:
-        progress(f"{base} is up to date")
-    if force or not image_exists(docker_client, tag):
-        build_pg(docker_client, base, tag, progress)
-        _prune(docker_client, keep={base, tag}, progress=progress)
-    else:
-        progress(f"{tag} is up to date")
+    ensure_layered(
+        docker_client,
+        base,
+        tag,
+        build_base=lambda: build_pg_base(docker_client, base, progress),
+        build_top=lambda: build_pg(docker_client, base, tag, progress),
+        prune_repos=(PG_REPO, PG_BASE_REPO),
+        progress=progress,
+        force=force,
+        spare=1,
+    )
     return tag
-
-
-def _prune(client: object, keep: set[str], progress: Progress, spare: int = 1) -> None:
-    """Remove superseded PostgreSQL tags, sparing the newest (another run may still use it)."""
-    import docker.errors
-
-    for repo in (PG_REPO, PG_BASE_REPO):
-        images = client.images.list(name=repo)  # type: ignore[attr-defined]
-        images.sort(key=lambda i: i.attrs.get("Created", ""), reverse=True)
-        for image in [i for i in images if not set(i.tags) & keep][spare:]:
-            for tag in image.tags:
-                try:
-                    client.images.remove(tag, noprune=False)  # type: ignore[attr-defined]
-                    progress(f"removed old image {tag}")
-                except docker.errors.APIError:
-                    pass  # in use by a container: keep it

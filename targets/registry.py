@@ -3,20 +3,23 @@ Another database adds one import and one line here."""
 
 from __future__ import annotations
 
-from harness.target import Target
-from harness.target_postgres import PostgresTarget
-from harness.target_schemasync import SchemaSyncTarget
+from collections.abc import Callable
 
-TARGETS: dict[str, type] = {
+from harness.target import Target
+from targets.galera import GaleraTarget
+from targets.postgres import PostgresTarget
+from targets.schemasync import SchemaSyncTarget
+
+TARGETS: dict[str, Callable[[], Target]] = {
     "schemasync": SchemaSyncTarget,
     "postgres": PostgresTarget,
+    "galera": GaleraTarget,
 }
 
 
 def load_target(name: str) -> Target:
-    """A fresh target of that name. A target may also offer `docker_image() -> str`: the image
-    the docker backend then runs instead of the schemasync node image."""
+    """A fresh target of that name; its optional capabilities are the protocols of
+    `harness.target` (e.g. `DockerImageProvider`: the image the docker backend runs)."""
     if name not in TARGETS:
         raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
-    target: Target = TARGETS[name]()
-    return target
+    return TARGETS[name]()

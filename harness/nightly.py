@@ -1,0 +1,397 @@
+"""`schemachaos nightly --matrix FILE`: scenarios x nemeses x seeds, then one Spark summary.
+
+The matrix is read and checked whole before the first cell runs (a pydantic model: unknown
+keys, wrong types and names that refer to nothing are bad input naming file, key and what is
+allowed). Every cell is one `harness.run.run_test`; a cell that crashes is recorded and the
+matrix goes on. The summary (`reports.nightly`) only reads what the cells left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
+
+from harness.options import RunOptions
+from harness.run import run_test
+from nemesis import parse_kinds
+from reports.expectation import expect_of
+from reports.nightly import CellOutcome, read_json, write_summary
+from schemasync.toggles import ALL_TOGGLES
+from workloads import WORKLOADS
+from workloads.scenario import EXPECTABLE, load_run_options
+
+log = logging.getLogger("schemachaos.nightly")
+
+RUN_OPTION_FIELDS = tuple(f.name for f in fields(RunOptions))
+SCENARIO_KEYS = ("name", "workload", "scenario_file", "toggles", "expect", "nemeses")
+RUN_OPTIONS = TypeAdapter(RunOptions)  # the types of the RunOptions fields a row may set
+
+
+class MatrixError(ValueError):
+    """A matrix that cannot run as written: `<file>: <where>: <why>`."""
+
+
+# -- the file's shape ------------------------------------------------------------------------
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NemesisRow(_Row):
+    name: StrictStr
+    kinds: list[StrictStr] = []
+    interval_s: StrictFloat | StrictInt | None = None
+
+
+class ScenarioRow(BaseModel):
+    """A scenario row: its own keys, and any RunOptions field (checked by name here, by type
+    when the cell's RunOptions is built)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: StrictStr
+    workload: StrictStr | None = None
+    scenario_file: StrictStr | None = None
+    toggles: list[StrictStr] = []
+    expect: list[StrictStr] = []
+    nemeses: list[StrictStr] | None = None
+
+
+class MatrixFile(_Row):
+    seeds: list[StrictInt] = [0]
+    defaults: dict[str, Any] = {}
+    scenario: list[ScenarioRow]
+    nemesis: list[NemesisRow] = [NemesisRow(name="none")]
+
+
+# -- what runs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A row of the matrix: what to run and which anomaly classes it must produce."""
+
+    name: str
+    workload: str | None = None
+    scenario_file: str | None = None
+    toggles: tuple[str, ...] = ()
+    expect: tuple[str, ...] = ()  # empty: the run must be valid
+    nemeses: tuple[str, ...] | None = None  # restrict to these nemesis names
+    options: Mapping[str, Any] = field(default_factory=dict)  # extra RunOptions fields
+
+
+@dataclass(frozen=True)
+class NemesisSpec:
+    name: str
+    kinds: tuple[str, ...] = ()
+    interval_s: float | None = None
+
+
+@dataclass(frozen=True)
+class NightlyCell:
+    scenario: Scenario
+    nemesis: NemesisSpec
+    seed: int
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario.name}--{self.nemesis.name}--s{self.seed}"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    scenarios: tuple[Scenario, ...]
+    nemeses: tuple[NemesisSpec, ...]
+    seeds: tuple[int, ...]
+    defaults: Mapping[str, Any]
+
+    def cells(self) -> list[NightlyCell]:
+        out = []
+        for sc in self.scenarios:
+            for nem in self.nemeses:
+                if sc.nemeses is not None and nem.name not in sc.nemeses:
+                    continue
+                for seed in self.seeds:
+                    out.append(NightlyCell(sc, nem, seed, self.defaults))
+        return out
+
+
+def _where(loc: Sequence[int | str]) -> str:
+    """pydantic's location as the file says it: `scenario[2].toggles`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(path: Path, error: ValidationError) -> MatrixError:
+    first = error.errors()[0]
+    loc = list(first["loc"])
+    # a union's error names the member type tried last: the key is what the reader needs
+    loc = [p for p in loc if not (isinstance(p, str) and p[:1].islower() and "[" in p)]
+    where = _where(loc) or "-"
+    if first["type"] == "extra_forbidden":  # only rows that forbid extras: nemesis, the file
+        model = NemesisRow if loc and loc[0] == "nemesis" else MatrixFile
+        allowed = ", ".join(model.model_fields)
+        return MatrixError(f"{path}: {where}: unknown key (allowed: {allowed})")
+    return MatrixError(f"{path}: {where}: {first['msg']}")
+
+
+def _name_problem(
+    path: Path, where: str, key: str | None, given: Sequence[str], known: Sequence[str]
+) -> None:
+    """Every name given is one of known, else MatrixError (key None: the names are keys)."""
+    unknown = [g for g in given if g not in known]
+    if unknown:
+        what = f"{where}: unknown key" if key is None else f"{where}.{key}: unknown"
+        allowed = ", ".join(dict.fromkeys(known))
+        raise MatrixError(f"{path}: {what} {', '.join(map(repr, unknown))} (allowed: {allowed})")
+
+
+def _check_types(path: Path, where: str, fields: Mapping[str, Any]) -> None:
+    """RunOptions fields given in the matrix have their field's type."""
+    try:
+        RUN_OPTIONS.validate_python(dict(fields))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise MatrixError(f"{path}: {where}.{_where(first['loc'])}: {first['msg']}") from None
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and check the whole matrix; MatrixError names the file, the key and what is
+    allowed. A scenario that selects no cell, or a name that refers to nothing (a nemesis
+    row, a toggle, a workload, an anomaly class, a fault kind), is an error, never a skip."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise MatrixError(f"{path}: cannot read: {e.strerror or e}") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # the line and column
+        raise MatrixError(f"{path}: not valid TOML: {e}") from e
+    try:
+        parsed = MatrixFile.model_validate(raw)
+    except ValidationError as e:
+        raise _explain(path, e) from None
+    if not parsed.scenario:
+        raise MatrixError(f"{path}: scenario: no [[scenario]] entry")
+    _name_problem(path, "defaults", None, list(parsed.defaults), RUN_OPTION_FIELDS)
+    _check_types(path, "defaults", parsed.defaults)
+    nemesis_names = [n.name for n in parsed.nemesis]
+    nemeses = []
+    for i, n in enumerate(parsed.nemesis):
+        try:
+            parse_kinds(n.kinds)
+        except ValueError as e:
+            raise MatrixError(f"{path}: nemesis[{i}].kinds: {e}") from e
+        interval = float(n.interval_s) if n.interval_s is not None else None
+        nemeses.append(NemesisSpec(n.name, tuple(n.kinds), interval))
+    scenarios = []
+    for i, s in enumerate(parsed.scenario):
+        where = f"scenario[{i}] ({s.name})"
+        extra = dict(s.model_extra or {})
+        _name_problem(path, where, None, list(extra), SCENARIO_KEYS + RUN_OPTION_FIELDS)
+        _name_problem(path, where, "toggles", s.toggles, sorted(ALL_TOGGLES))
+        _name_problem(path, where, "expect", s.expect, EXPECTABLE)
+        _name_problem(path, where, "nemeses", s.nemeses or [], nemesis_names)
+        if s.workload is not None:
+            _name_problem(path, where, "workload", [s.workload], list(WORKLOADS))
+        if s.nemeses is not None and not s.nemeses:
+            raise MatrixError(f"{path}: {where}.nemeses: empty, so it selects no cell")
+        _check_types(path, where, extra)
+        scenarios.append(
+            Scenario(
+                name=s.name,
+                workload=s.workload,
+                scenario_file=s.scenario_file,
+                toggles=tuple(s.toggles),
+                expect=tuple(s.expect),
+                nemeses=tuple(s.nemeses) if s.nemeses is not None else None,
+                options=extra,
+            )
+        )
+    if not parsed.seeds:
+        raise MatrixError(f"{path}: seeds: empty, so no scenario selects a cell")
+    return Matrix(tuple(scenarios), tuple(nemeses), tuple(parsed.seeds), dict(parsed.defaults))
+
+
+# -- running the cells -----------------------------------------------------------------------
+
+
+class RunOutcomeLike(Protocol):
+    """What harness.run.run_test returns (RunOutcome): read-only is enough."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    @property
+    def exit_code(self) -> int: ...
+
+
+Runner = Callable[[NightlyCell, Path], RunOutcomeLike]
+
+
+@dataclass(frozen=True)
+class NightlyResult:
+    """The night's gate: exit_code 0 all cells as expected, 1 a mismatch, 2 an unknown."""
+
+    exit_code: int
+    summary_dir: Path
+    outcomes: tuple[CellOutcome, ...]
+    summary: Mapping[str, Any]
+
+    def __int__(self) -> int:
+        return self.exit_code
+
+
+def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> RunOptions:
+    """The cell's RunOptions: its scenario file, then the matrix defaults, the row's own
+    options, and what the cell fixes (nemesis, seed, test name)."""
+    given: dict[str, Any] = {}
+    if cell.scenario.scenario_file:
+        path = Path(cell.scenario.scenario_file)
+        given.update(load_run_options(path))
+        given["scenario"] = path
+    given.update(cell.defaults)
+    given.update(cell.scenario.options)
+    if cell.scenario.workload:
+        given["workload"] = cell.scenario.workload
+    if cell.scenario.toggles:
+        given["toggles"] = cell.scenario.toggles
+    if cell.scenario.expect:  # into run.json: the report and junit.xml judge by it too
+        given["expect"] = cell.scenario.expect
+    given["nemesis"] = cell.nemesis.kinds
+    if cell.nemesis.interval_s is not None:
+        given["nemesis_interval_s"] = float(cell.nemesis.interval_s)
+    if backend:
+        given["backend"] = backend
+    given.update(seed=cell.seed, store=store, test_name=f"nightly-{cell.name}")
+    for key in ("nemesis", "toggles"):
+        given[key] = tuple(given.get(key) or ())
+    return RunOptions(**given)
+
+
+def harness_runner(backend: str | None = None, analyze: bool = True) -> Runner:
+    """The real runner: each cell through harness.run.run_test with the cell's options.
+    `analyze=False` leaves the judging to `run_nightly(..., judge_together=True)`."""
+
+    def run_cell(cell: NightlyCell, store: Path) -> RunOutcomeLike:
+        opts = cell_options(cell, store, backend)
+        return run_test(opts if analyze else replace(opts, no_analyze=True))
+
+    return run_cell
+
+
+def judge_together(outcomes: Sequence[CellOutcome], spark_master: str) -> list[CellOutcome]:
+    """Every cell that ran to its end but was not analyzed, judged in one Spark application
+    (one JVM start for the night, not one a cell), then its report; a cell's exit code
+    becomes its verdict's. Cells that crashed or ended unknown keep what they had."""
+    waiting = [
+        o
+        for o in outcomes
+        if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / "results.json").exists()
+    ]
+    if not waiting:
+        return list(outcomes)
+    # imported here: pyspark and matplotlib load only for a night that has runs to judge
+    from checker.analyze import analyze_runs, exit_code
+    from reports.render import render_report
+
+    results = analyze_runs([Path(str(o.run_dir)) for o in waiting], spark_master=spark_master)
+    judged: dict[str, int] = {}
+    for outcome, result in zip(waiting, results, strict=True):
+        judged[str(outcome.run_dir)] = int(exit_code(result))
+        try:
+            render_report(Path(str(outcome.run_dir)))
+        except Exception as e:  # a report that fails must not lose the night's verdicts
+            log.error("report of %s failed: %s", outcome.run_dir, e)
+    return [
+        replace(o, exit_code=judged[str(o.run_dir)]) if str(o.run_dir) in judged else o
+        for o in outcomes
+    ]
+
+
+def run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list[CellOutcome]:
+    outcomes = []
+    for cell in cells:
+        started = time.monotonic()
+        run_dir: str | None = None
+        code: int | None = None
+        error: str | None = None
+        expect = cell.scenario.expect
+        try:
+            got = runner(cell, store)
+            run_dir, code = str(Path(got.run_dir).resolve()), int(got.exit_code)
+            expect = _run_expect(Path(run_dir), expect)
+        except Exception as exc:  # a crashed cell must not stop the night
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        outcomes.append(
+            CellOutcome(
+                cell=cell.name,
+                scenario=cell.scenario.name,
+                nemesis=cell.nemesis.name,
+                seed=cell.seed,
+                expect=expect,
+                run_dir=run_dir,
+                exit_code=code,
+                error=error,
+                seconds=round(time.monotonic() - started, 3),
+            )
+        )
+    return outcomes
+
+
+def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...]:
+    """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
+    as the harness wrote it), so the night judges as the run's own report and junit.xml do;
+    the matrix's when run.json has no such field."""
+    run = read_json(run_dir / "run.json")
+    if isinstance(run, dict) and "expect" in run:
+        return expect_of(run)
+    return matrix_expect
+
+
+def run_nightly(
+    matrix_file: Path,
+    store: Path = Path("store"),
+    runner: Runner | None = None,
+    backend: str | None = None,
+    spark_master: str = "local[2]",
+    *,
+    judge_together_after: bool = False,
+) -> NightlyResult:
+    """Run every cell (a crash is recorded, not fatal), then summarize with one Spark job.
+    `judge_together_after`: the runner left its runs unanalyzed (harness_runner(analyze=
+    False)); they are judged together in one Spark application before the summary."""
+    matrix = load_matrix(Path(matrix_file))
+    store = Path(store)
+    night = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%S")
+    out_dir = store / "nightly" / night
+    n = 1
+    while out_dir.exists():
+        n += 1
+        out_dir = store / "nightly" / f"{night}-{n}"
+    out_dir.mkdir(parents=True)
+    outcomes = run_cells(matrix.cells(), store, runner or harness_runner(backend))
+    if judge_together_after:
+        outcomes = judge_together(outcomes, spark_master)
+    code, summary = write_summary(out_dir, outcomes, spark_master)
+    return NightlyResult(code, out_dir, tuple(outcomes), summary)

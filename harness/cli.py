@@ -27,6 +27,7 @@ from harness.nightly import (
     MatrixError,
     NightlyCell,
     RunOutcomeLike,
+    cell_options,
     harness_runner,
     load_matrix,
     run_nightly,
@@ -371,7 +372,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_matrix(path: Path) -> None:
+def _check_matrix(path: Path, backend: str | None = None) -> None:
     """The whole matrix is read before the first cell runs: a typo in it, or in a scenario
     file it names, is bad input now, not a failed cell hours into the night."""
     if not path.is_file():
@@ -387,10 +388,17 @@ def _check_matrix(path: Path) -> None:
             except ScenarioError as e:
                 where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
                 raise _scenario_problem(where, e) from e
+    # every cell as `run` would check it (a target setting, a toggle, a nemesis for the
+    # cluster's shape): refused now with the cell named, not an unknown cell at night
+    for cell in matrix.cells():
+        try:
+            _validate(cell_options(cell, Path("."), backend))
+        except BadInput as e:
+            raise BadInput(f"--matrix: {path}: cell {cell.name}: {e}") from e
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    _check_matrix(args.matrix)
+    _check_matrix(args.matrix, args.backend)
     run_cell = harness_runner(args.backend, analyze=False)  # judged together after the night
 
     def run_or_stop(cell: NightlyCell, store: Path) -> RunOutcomeLike:

@@ -156,6 +156,7 @@ def inputs(tmp_path: Path) -> Iterator[Path]:
         "matrix-bad-scenario.toml": (
             f'[[scenario]]\nname = "a"\nscenario_file = "{tmp_path / "wrong-type.toml"}"\n'
         ),
+        "matrix-bad-setting.toml": ('[[scenario]]\nname = "a"\ntarget_config = {colour = "red"}\n'),
         "nodes.toml": '[[node]]\nname = "n1"\n',
     }
     for name, text in files.items():
@@ -175,6 +176,10 @@ BAD_INPUT = [
     (["nightly", "--matrix", "{d}/missing.toml"], "--matrix: file not found"),
     (["nightly", "--matrix", "{d}/matrix-bad-toml.toml"], "(at line 3, column 11)"),
     (["nightly", "--matrix", "{d}/matrix-bad-scenario.toml"], "wrong-type.toml: seed:"),
+    (
+        ["nightly", "--matrix", "{d}/matrix-bad-setting.toml"],
+        "cell a--none--s0: --target: target.colour: unknown schemasync setting",
+    ),
     (["run", "--backend", "ssh", "--nodes-file", "{d}/nodes.toml"], "nodes.toml: node[0]: host"),
     (["analyze", "{d}/no-such-run"], "RUN_DIR: not found"),
     (["report", "{d}/no-such-run"], "RUN_DIR: not found"),

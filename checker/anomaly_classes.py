@@ -17,3 +17,7 @@ ANOMALY_CLASSES: tuple[str, ...] = (
     "activation-order",
     "replica-divergence",
 )
+
+# What `expect` may name beside the classes: the one liveness finding, judged from
+# results.json's statistics (`stats.restarts`) rather than its anomalies (no-safe-time-recovery)
+UNAVAILABILITY = "unavailability"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +108,47 @@ def compute_stats(
         rows.get("bucket", []), nodes, (start, workload_end), options
     )
     out["nemesis_windows"] = _nemesis_windows(windows, rows.get("window", []))
+    out["restarts"] = restarts(frames.known().nemesis, out["unavailability"], workload_end / 1e9)
     return out
+
+
+def restarts(
+    nemesis: Sequence[Mapping[str, Any]], windows: list[dict[str, Any]], end_s: float
+) -> list[dict[str, Any]]:
+    """For each node the kill nemesis restarted (its `stop-kill`, recorded once the node
+    answers its admin API again): seconds from the restart to its next successful op, read
+    from the unavailability windows (0 when none covers the restart). `served` is false when
+    the node was killed again, or the workload ended, before it served anything: then the
+    seconds are a lower bound. A liveness fact, judged by `expect = ["unavailability"]`."""
+    kills: list[tuple[float, list[str]]] = []
+    stops: list[tuple[float, list[str]]] = []
+    for e in nemesis:
+        if e["f"] not in ("start-kill", "stop-kill"):
+            continue
+        try:
+            value = json.loads(e["value_json"]) if e["value_json"] else None
+        except ValueError:
+            continue
+        nodes = value.get("nodes") if isinstance(value, dict) else None
+        if not isinstance(nodes, list):
+            continue
+        at = int(e["time"]) / 1e9
+        (kills if e["f"] == "start-kill" else stops).append((at, [str(n) for n in nodes]))
+    out = []
+    for at, nodes in stops:
+        for node in nodes:
+            horizon = min([k for k, killed in kills if k > at and node in killed] + [end_s])
+            covering = [w for w in windows if w["node"] == node and w["from_s"] <= at < w["to_s"]]
+            end = max((w["to_s"] for w in covering), default=at)
+            out.append(
+                {
+                    "node": node,
+                    "at_s": at,
+                    "unavailable_s": round(max(0.0, min(end, horizon) - at), 3),
+                    "served": end < horizon,
+                }
+            )
+    return out[:MAX_SERIES]
 
 
 def _outcomes_frame(frames: RunFrames) -> DataFrame:

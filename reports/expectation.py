@@ -3,6 +3,10 @@ banner, junit.xml and the nightly page all show, so a CI job and a person never 
 
 The rule is the gate's: a judged run (valid true or false) matches iff the set of anomaly
 classes found equals `expect` (empty: the run must be valid); an unknown verdict matches nothing.
+`unavailability` is a liveness finding, not an anomaly class: where `expect` names it, it is
+found when a node the kill nemesis restarted then served nothing for UNAVAILABLE_AFTER_RESTART_S
+(results.json `stats.restarts`); a run that does not expect it is not failed for it (a slow
+restart on a loaded machine is not a bug the run was asked about).
 """
 
 from __future__ import annotations
@@ -11,7 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from checker.anomaly_classes import UNAVAILABILITY
+
 Status = Literal["matched", "mismatched", "unknown"]
+# the statistics' own window threshold (checker.stats, docs/anomalies.md)
+UNAVAILABLE_AFTER_RESTART_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,10 +61,24 @@ def found_classes(results: Mapping[str, Any] | None) -> tuple[str, ...]:
     return tuple(sorted({str(a.get("class")) for a in (results or {}).get("anomalies") or []}))
 
 
+def unavailable_after_restart(results: Mapping[str, Any] | None) -> bool:
+    """Whether some restarted node served nothing for UNAVAILABLE_AFTER_RESTART_S after it."""
+    stats = (results or {}).get("stats")
+    restarts = stats.get("restarts") if isinstance(stats, Mapping) else None
+    return any(
+        isinstance(r, Mapping)
+        and isinstance(r.get("unavailable_s"), int | float)
+        and r["unavailable_s"] >= UNAVAILABLE_AFTER_RESTART_S
+        for r in restarts or ()
+    )
+
+
 def judge(results: Mapping[str, Any] | None, expect: Sequence[str]) -> ExpectVerdict:
     """results.json against the expected classes (None results: not analyzed, unknown)."""
     expected = tuple(sorted(set(expect)))
     found = found_classes(results)
+    if UNAVAILABILITY in expected and unavailable_after_restart(results):
+        found = tuple(sorted((*found, UNAVAILABILITY)))
     missed = tuple(c for c in expected if c not in found)
     unexpected = tuple(c for c in found if c not in expected)
     status: Status

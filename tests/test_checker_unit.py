@@ -71,3 +71,40 @@ def test_generator_is_deterministic(tmp_path: Path) -> None:
     generate_run(tmp_path / "b", seed=9, events=250)
     for name in ("history.jsonl", "catalog.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def _kill(f: str, at_s: float, nodes: list[str]) -> dict[str, object]:
+    return {"f": f, "time": int(at_s * 1e9), "value_json": json.dumps({"nodes": nodes})}
+
+
+def test_restarts_measure_service_after_each_restart_and_the_gate_reads_them() -> None:
+    """n4 restarted at 3 s serves again at 6.5 s (3.5 s); n5 restarted at 3 s serves at once;
+    n4 restarted at 10 s is killed again at 11 s before serving (a lower bound of 1 s)."""
+    from checker.stats import restarts
+    from reports.expectation import judge
+
+    nemesis = [
+        {"f": "start-partition", "time": 0, "value_json": "{}"},
+        _kill("start-kill", 1.0, ["n4", "n5"]),
+        _kill("stop-kill", 3.0, ["n4", "n5"]),
+        _kill("start-kill", 8.0, ["n4"]),
+        _kill("stop-kill", 10.0, ["n4"]),
+        _kill("start-kill", 11.0, ["n4"]),
+        {"f": "stop-kill", "time": 0, "value_json": "not json"},
+    ]
+    windows = [
+        {"node": "n4", "from_s": 0.9, "to_s": 6.5},
+        {"node": "n5", "from_s": 0.9, "to_s": 2.9},
+        {"node": "n4", "from_s": 7.9, "to_s": 20.0},
+    ]
+    got = restarts(nemesis, windows, end_s=20.0)
+    assert got == [
+        {"node": "n4", "at_s": 3.0, "unavailable_s": 3.5, "served": True},
+        {"node": "n5", "at_s": 3.0, "unavailable_s": 0.0, "served": True},
+        {"node": "n4", "at_s": 10.0, "unavailable_s": 1.0, "served": False},
+    ]
+    results = {"valid": True, "anomalies": [], "stats": {"restarts": got}}
+    assert judge(results, ["unavailability"]).status == "matched"
+    assert judge(results, []).status == "matched"  # a liveness fact fails no run not asking
+    quick = {**results, "stats": {"restarts": got[1:]}}
+    assert judge(quick, ["unavailability"]).missed == ("unavailability",)

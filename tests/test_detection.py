@@ -362,3 +362,29 @@ def test_checker_follows_a_renamed_table_and_a_null_read_as_default(
     results = analyze_run(tmp_path, spark=spark, options=AnalyzeOptions(with_stats=False))
     assert results["errors"] == []
     assert {a["class"] for a in results["anomalies"]} == fires, results["anomalies"]
+
+
+@pytest.mark.docker
+@pytest.mark.spark
+@pytest.mark.parametrize("toggles_on", [True, False], ids=["on", "off"])
+def test_the_gate_sees_unavailability_as_the_matrix_does(
+    matrix: dict[str, Any], toggles_on: bool
+) -> None:
+    """`run --gate` on the no-safe-time-recovery scenario (expect = ["unavailability"]) matches
+    with the toggle on and misses it with the toggle off: the gate reads results.json's
+    `stats.restarts`, the matrix its own reading of the history, and they agree."""
+    import json
+
+    from reports.expectation import judge
+
+    label = "no-safe-time-recovery-" + ("on" if toggles_on else "off")
+    if label not in matrix:
+        pytest.skip(f"{label} not selected")
+    outcome = matrix[label]
+    results = json.loads((Path(outcome.run_dir) / "results.json").read_text())
+    assert results["stats"]["restarts"], "the kill nemesis restarted no node"
+    verdict = judge(results, ["unavailability"])
+    if toggles_on:
+        assert verdict.status == "matched", verdict.describe()
+    else:
+        assert verdict.missed == ("unavailability",), verdict.describe()

@@ -44,13 +44,11 @@ from pydantic import (
     ValidationError,
 )
 
-from checker.anomaly_classes import ANOMALY_CLASSES
+from checker.anomaly_classes import ANOMALY_CLASSES, UNAVAILABILITY
 from schemasync.toggles import TOGGLES
 from workloads.config_errors import first_problem, one_of
 
-# What `expect` may name: the anomaly classes, plus the one liveness finding judged from
-# results.json's stats rather than its anomalies (no-safe-time-recovery's unavailability windows).
-UNAVAILABILITY = "unavailability"
+# What `expect` may name: the anomaly classes, plus the one liveness finding
 EXPECTABLE: tuple[str, ...] = (*ANOMALY_CLASSES, UNAVAILABILITY)
 BACKENDS: tuple[str, ...] = ("auto", "docker", "local", "ssh")
 

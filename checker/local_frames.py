@@ -25,4 +25,5 @@ def local_frame(spark: SparkSession, rows: list[Any], schema: str | T.StructType
     table = pa.Table.from_arrays(
         [pa.array(list(c), type=f.type) for f, c in zip(arrow, columns, strict=True)], schema=arrow
     )
-    return spark.createDataFrame(table)
+    # the schema given, not inferred from the table: Spark Connect infers none from an empty one
+    return spark.createDataFrame(table, schema=struct)

@@ -130,9 +130,9 @@ def restarts(
         except ValueError:
             continue
         nodes = value.get("nodes") if isinstance(value, dict) else None
-        if not isinstance(nodes, list):
+        if not isinstance(nodes, list) or not isinstance(e["time"], int):
             continue
-        at = int(e["time"]) / 1e9
+        at = e["time"] / 1e9
         (kills if e["f"] == "start-kill" else stops).append((at, [str(n) for n in nodes]))
     out = []
     for at, nodes in stops:

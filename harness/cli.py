@@ -32,17 +32,17 @@ from harness.nightly import (
     load_matrix,
     run_nightly,
 )
-from harness.options import RunOptions, options_from_run_json, target_config
+from harness.options import RunOptions, options_from_run_json
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
 from harness.remote_ssh import NodesFileError, load_nodes_file
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
 from harness.target import SettingsChecker, SettingsError
+from harness.target_settings import own_settings
 from nemesis import parse_kinds
 from nemesis.registry import NEMESES
 from reports.expectation import judge
-from schemasync.toggles import ALL_TOGGLES
 from sim.run import SimOutcome, run_sim
 from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
@@ -80,6 +80,14 @@ def _nemesis_kinds(text: str) -> tuple[str, ...]:
         raise BadInput(f"--nemesis: {e}") from e
 
 
+# The target settings that `run` also takes as flags (schemasync's), by setting name
+_SETTING_FLAGS = {
+    "toggles": "--toggle",
+    "delay_duration_ms": "--delay-ms",
+    "max_clock_skew_ms": "--max-skew-ms",
+}
+
+
 def _validate(opts: RunOptions) -> None:
     """Refuse bad input before anything is started; raise BadInput naming the flag."""
     if opts.voters > opts.nodes and opts.backend != "ssh":
@@ -89,15 +97,15 @@ def _validate(opts: RunOptions) -> None:
     target = load_target(opts.target)
     if isinstance(target, SettingsChecker):
         try:
-            target.check_settings(target_config(opts))
+            target.check_settings(opts.target_config)
         except SettingsError as e:
-            where = "--target" if opts.scenario is None else f"--scenario: {opts.scenario}"
-            raise BadInput(f"{where}: target.{e.key}: {e.why}") from e
-    for toggle in opts.toggles:
-        if toggle not in ALL_TOGGLES:
-            raise BadInput(
-                f"--toggle: unknown toggle {toggle!r} (known: {', '.join(sorted(ALL_TOGGLES))})"
-            )
+            flag = _SETTING_FLAGS.get(e.key)
+            if opts.scenario is not None:
+                where = f"--scenario: {opts.scenario}: target.{e.key}"
+                where += f" (or {flag})" if flag else ""
+            else:
+                where = flag or f"--target: target.{e.key}"
+            raise BadInput(f"{where}: {e.why}") from e
     if opts.workload not in WORKLOADS:
         raise BadInput(
             f"--workload: unknown workload {opts.workload!r} (known: {', '.join(WORKLOADS)})"
@@ -157,11 +165,8 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
         "nemesis": _nemesis_kinds(args.nemesis) if args.nemesis is not None else None,
         "nemesis_interval_s": args.nemesis_interval,
         "workload": args.workload,
-        "toggles": tuple(args.toggle) if args.toggle else None,
         "seed": args.seed,
         "store": args.store,
-        "delay_ms": args.delay_ms,
-        "max_skew_ms": args.max_skew_ms,
         "test_name": args.test_name,
         "target": args.target,
         "spark_master": args.spark_master,
@@ -170,6 +175,15 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
         "local_base": args.local_base,
     }
     given.update({k: v for k, v in flags.items() if v is not None})
+    settings = {
+        "toggles": list(args.toggle) if args.toggle else None,
+        "delay_duration_ms": args.delay_ms,
+        "max_clock_skew_ms": args.max_skew_ms,
+    }
+    given["target_config"] = {
+        **given.get("target_config", {}),
+        **{k: v for k, v in settings.items() if v is not None},
+    }
     defaulted = "nemesis" not in given
     if defaulted:
         given["nemesis"] = _nemesis_kinds("all")
@@ -256,7 +270,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if not run_json.is_file():
         raise BadInput(f"RUN_DIR: no run.json in {args.run_dir}")
     try:
-        opts = options_from_run_json(run_json, args.store)
+        opts = own_settings(options_from_run_json(run_json, args.store))
     except (ValueError, KeyError, TypeError) as e:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.backend:

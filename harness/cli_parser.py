@@ -134,19 +134,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="NAME",
-        help="enable a bug toggle (repeatable)",
+        help="enable a schemasync bug toggle (repeatable; the target setting toggles)",
     )
     run.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (0)")
     run.add_argument("--store", type=Path, default=None, help="results store (./store)")
     run.add_argument("--scenario", type=Path, default=None, help="scenario file (TOML)")
     run.add_argument(
-        "--delay-ms", type=_positive_int, default=None, help="delay duration DD in ms (500)"
+        "--delay-ms",
+        type=_positive_int,
+        default=None,
+        help="schemasync delay duration DD in ms (500)",
     )
     run.add_argument(
         "--max-skew-ms",
         type=_non_negative_int,
         default=None,
-        help="max clock skew CSmax in ms (500)",
+        help="schemasync max clock skew CSmax in ms (500)",
     )
     run.add_argument("--test-name", default=None, help="name of the test in the store")
     run.add_argument("--target", default=None, help="database under test (schemasync)")

@@ -30,10 +30,11 @@ from pydantic import (
 
 from harness.options import RunOptions
 from harness.run import run_test
+from harness.target import SettingsChecker, SettingsError
 from nemesis import parse_kinds
 from reports.expectation import expect_of
 from reports.nightly import CellOutcome, read_json, write_summary
-from schemasync.toggles import ALL_TOGGLES
+from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
 from workloads.scenario import EXPECTABLE, load_run_options
 
@@ -167,6 +168,19 @@ def _name_problem(
         raise MatrixError(f"{path}: {what} {', '.join(map(repr, unknown))} (allowed: {allowed})")
 
 
+def _check_toggles(path: Path, where: str, target_name: str, toggles: Sequence[str]) -> None:
+    """A row's `toggles` are its target's setting: that target checks the names."""
+    if target_name not in TARGETS:
+        return  # the row's `target` is refused with the cell's other options
+    target = load_target(target_name)
+    try:
+        if not isinstance(target, SettingsChecker):
+            raise SettingsError("toggles", f"the {target_name} target has no toggles")
+        target.check_settings({"toggles": list(toggles)})
+    except SettingsError as e:
+        raise MatrixError(f"{path}: {where}.{e.key}: {e.why}") from None
+
+
 def _check_types(path: Path, where: str, fields: Mapping[str, Any]) -> None:
     """RunOptions fields given in the matrix have their field's type."""
     try:
@@ -209,7 +223,8 @@ def load_matrix(path: Path) -> Matrix:
         where = f"scenario[{i}] ({s.name})"
         extra = dict(s.model_extra or {})
         _name_problem(path, where, None, list(extra), SCENARIO_KEYS + RUN_OPTION_FIELDS)
-        _name_problem(path, where, "toggles", s.toggles, sorted(ALL_TOGGLES))
+        if s.toggles:
+            _check_toggles(path, where, str(extra.get("target", "schemasync")), s.toggles)
         _name_problem(path, where, "expect", s.expect, EXPECTABLE)
         _name_problem(path, where, "nemeses", s.nemeses or [], nemesis_names)
         if s.workload is not None:
@@ -275,7 +290,10 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     if cell.scenario.workload:
         given["workload"] = cell.scenario.workload
     if cell.scenario.toggles:
-        given["toggles"] = cell.scenario.toggles
+        given["target_config"] = {
+            **given.get("target_config", {}),
+            "toggles": list(cell.scenario.toggles),
+        }
     if cell.scenario.expect:  # into run.json: the report and junit.xml judge by it too
         given["expect"] = cell.scenario.expect
     given["nemesis"] = cell.nemesis.kinds
@@ -284,8 +302,7 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     if backend:
         given["backend"] = backend
     given.update(seed=cell.seed, store=store, test_name=f"nightly-{cell.name}")
-    for key in ("nemesis", "toggles"):
-        given[key] = tuple(given.get(key) or ())
+    given["nemesis"] = tuple(given.get("nemesis") or ())
     return RunOptions(**given)
 
 

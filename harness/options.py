@@ -1,5 +1,5 @@
 """What one run is made of (`RunOptions`): from the CLI's flags and a scenario file, from a
-nightly cell, or rebuilt from a stored run.json by `repro`; and the target config it gives."""
+nightly cell, or rebuilt from a stored run.json by `repro`."""
 
 from __future__ import annotations
 
@@ -21,13 +21,9 @@ class RunOptions:
     nemesis: tuple[str, ...] = ()
     nemesis_interval_s: float = 10.0
     workload: str = "ddl-dml"
-    toggles: tuple[str, ...] = ()
     seed: int = 0
     store: Path = Path("store")
     scenario: Path | None = None
-    delay_ms: int = 500
-    max_skew_ms: int = 500
-    idle_safe_time_interval_ms: int = 250
     no_analyze: bool = False
     nodes_file: Path | None = None
     test_name: str | None = None
@@ -36,31 +32,24 @@ class RunOptions:
     spark_remote: str | None = None  # a Spark Connect server instead of a master
     ready_timeout_s: float = 60.0
     local_base: str = "127.0.0.10"
+    # the target's own settings, in its own keys (schemasync: delay_duration_ms,
+    # max_clock_skew_ms, toggles, ...), checked by the target (harness.target.SettingsChecker)
     target_config: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ()  # anomaly classes a scenario expects (for nightly gating)
 
 
-def target_config(opts: RunOptions) -> dict[str, Any]:
-    return {
-        "delay_duration_ms": opts.delay_ms,
-        "max_clock_skew_ms": opts.max_skew_ms,
-        "idle_safe_time_interval_ms": opts.idle_safe_time_interval_ms,
-        "toggles": sorted(opts.toggles),
-        **opts.target_config,
-    }
-
-
 def options_from_run_json(run_json_path: Path, store: Path | None = None) -> RunOptions:
-    """RunOptions that repeat a stored run: same seed, nodes, nemesis, workload, config."""
+    """RunOptions that repeat a stored run: same seed, nodes, nemesis, workload, config (as
+    run.json has it: `harness.target_settings.own_settings` keeps what the target takes)."""
     data = json.loads(run_json_path.read_text())
     config = dict(data.get("config", {}))
     nemesis = data.get("nemesis", {})
     workload = data.get("workload", {})
     options = data.get("options", {})
-    known = {"delay_duration_ms", "max_clock_skew_ms", "idle_safe_time_interval_ms", "toggles"}
     scenario = workload.get("scenario")
+    target = str(data.get("target", "schemasync"))
     return RunOptions(
         backend=data.get("backend", "auto"),
         nodes=int(options.get("nodes", len(data.get("nodes", [])) or 5)),
@@ -70,19 +59,15 @@ def options_from_run_json(run_json_path: Path, store: Path | None = None) -> Run
         nemesis=tuple(nemesis.get("kinds", [])),
         nemesis_interval_s=float(nemesis.get("interval_s", options.get("nemesis_interval_s", 10))),
         workload=str(workload.get("name", "ddl-dml")),
-        toggles=tuple(config.get("toggles", [])),
         seed=int(data.get("seed", 0)),
         store=store or run_json_path.parent.parent.parent,
         scenario=Path(scenario) if scenario else None,
-        delay_ms=int(config.get("delay_duration_ms", 500)),
-        max_skew_ms=int(config.get("max_clock_skew_ms", 500)),
-        idle_safe_time_interval_ms=int(config.get("idle_safe_time_interval_ms", 250)),
         nodes_file=Path(options["nodes_file"]) if options.get("nodes_file") else None,
         local_base=str(options.get("local_base", "127.0.0.10")),
         ready_timeout_s=float(options.get("ready_timeout_s", 60.0)),
         test_name=str(data.get("test")) if data.get("test") else None,
-        target=str(data.get("target", "schemasync")),
-        target_config={k: v for k, v in config.items() if k not in known},
+        target=target,
+        target_config=config,
         workload_options=dict(workload.get("options", {})),
         nemesis_options=dict(nemesis.get("options") or {}),
         expect=tuple(data.get("expect") or ()),

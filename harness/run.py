@@ -33,7 +33,7 @@ from harness.cluster import (
 )
 from harness.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
 from harness.monitor import ClusterMonitor
-from harness.options import RunOptions, target_config
+from harness.options import RunOptions
 from harness.provenance import distribution_version, provenance, target_version
 from harness.remote import in_thread, run_to_end
 from harness.store import (
@@ -52,6 +52,7 @@ from harness.target import (
     Target,
     TargetSetupError,
 )
+from harness.target_settings import run_json_config, timing_bounds
 from nemesis import NemesisContext, heal_all, run_schedule, schedule_to_json
 from nemesis import build_schedule as nemesis_schedule
 from nemesis.schedule import NemesisStep
@@ -129,6 +130,7 @@ def build_schedule(
     """The run's fault schedule (empty without nemeses); ValueError names a bad kind/option."""
     if not opts.nemesis:
         return []
+    max_skew_ms, delay_ms = timing_bounds(opts)
     return nemesis_schedule(
         list(opts.nemesis),
         opts.nemesis_interval_s,
@@ -137,8 +139,8 @@ def build_schedule(
         nodes,
         voters,
         learners,
-        max_skew_s=opts.max_skew_ms / 1000.0,
-        options={"delay_ms": opts.delay_ms, **opts.nemesis_options},
+        max_skew_s=max_skew_ms / 1000.0,
+        options={"delay_ms": delay_ms, **opts.nemesis_options},
     )
 
 
@@ -169,7 +171,7 @@ def run_json(
         "nodes": nodes,
         "voters": voters,
         "learners": learners,
-        "config": target_config(opts),
+        "config": run_json_config(opts),
         "nemesis": {
             "kinds": list(opts.nemesis),
             "interval_s": opts.nemesis_interval_s,
@@ -413,7 +415,7 @@ async def _on_cluster(p: RunParts, cluster: Cluster) -> None:
     try:
         state.set_phase("starting nodes")
         notify()
-        await in_thread(target.setup, cluster, target_config(opts))
+        await in_thread(target.setup, cluster, dict(opts.target_config))
         if isinstance(target, StartsAll):
             await in_thread(target.start_all)
         else:
@@ -480,13 +482,14 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
     generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
     nemesis_ctx: NemesisContext | None = None
     if schedule:
+        max_skew_ms, delay_ms = timing_bounds(opts)
         nemesis_ctx = NemesisContext(
             cluster=cluster,
             target=target,
             config={
                 **opts.nemesis_options,
-                "max_skew_ms": opts.max_skew_ms,
-                "delay_ms": opts.delay_ms,
+                "max_skew_ms": max_skew_ms,
+                "delay_ms": delay_ms,
                 "interval_s": opts.nemesis_interval_s,
                 "kinds": list(opts.nemesis),
                 "seed": opts.seed,

@@ -188,9 +188,18 @@ class AsyncReadiness(Protocol):
 @runtime_checkable
 class SettingsChecker(Protocol):
     """A target that checks its settings before anything starts (its own pydantic model):
-    the config it would run with, or SettingsError."""
+    the config it would run with (its defaults filled in), or SettingsError."""
 
     def check_settings(self, config: Mapping[str, Any], /) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class TimingBounds(Protocol):
+    """A target whose guarantees are stated against a clock-skew bound and a delay (CSmax and
+    DD, in ms, as its settings give them): the clock nemesis skews within or just beyond CSmax,
+    the delay nemesis restores DD. Other targets get the nemeses' own defaults."""
+
+    def timing_bounds(self, config: Mapping[str, Any], /) -> tuple[int, int]: ...
 
 
 @runtime_checkable

@@ -14,14 +14,16 @@ import pytest
 
 from harness.cli import main
 from harness.nightly import load_matrix
-from harness.options import RunOptions, target_config
+from harness.options import RunOptions
 from harness.remote_ssh import NodesFileError, load_nodes_file
 from harness.target import SettingsChecker, SettingsError
 from schemasync.config import PROFILES, NodeConfig
+from targets.galera import GaleraTarget
 from targets.postgres import PostgresTarget
 from targets.postgres.server import check_settings
 from targets.registry import load_target
 from targets.schemasync import SchemaSyncTarget
+from targets.schemasync.config import DEFAULT_CONFIG as SCHEMASYNC_DEFAULTS
 from targets.schemasync.config import SchemaSyncSettings
 from workloads.scenario import ScenarioError, load_run_options, load_scenario
 
@@ -37,7 +39,7 @@ def test_every_scenario_file_in_the_repo_loads(path: Path) -> None:
     opts = RunOptions(**load_run_options(path))
     target = load_target(opts.target)
     if isinstance(target, SettingsChecker):  # and its target takes every setting it gives
-        assert target.check_settings(target_config(opts))
+        assert target.check_settings(opts.target_config)
 
 
 def test_a_scenario_key_typo_names_the_file_the_key_and_the_allowed_keys(tmp_path: Path) -> None:
@@ -58,7 +60,6 @@ def test_a_scenario_key_typo_names_the_file_the_key_and_the_allowed_keys(tmp_pat
         ("seed = -1", "seed", "needs a value >= 0, got -1"),
         ("target = 3", "target", "needs a table, got 3"),
         ("backend = 'k8s'", "backend", "allowed: auto, docker, local, ssh"),
-        ("[target]\ntoggles = ['nope']", "target.toggles", "allowed: "),
         ("[target]\nnodes = '5'", "target.nodes", "needs an integer, got '5'"),
         ("[target]\nnodes = true", "target.nodes", "needs an integer"),
         ("expect = ['slow']", "expect", "allowed: "),
@@ -76,15 +77,26 @@ def test_wrong_scenario_values_are_refused(tmp_path: Path, text: str, key: str, 
     assert says in err.value.why, err.value.why
 
 
-def test_target_settings_pass_to_the_target_and_names_map_to_fields(tmp_path: Path) -> None:
+def test_target_settings_pass_to_the_target_which_refuses_another_targets_knobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """DD, CSmax and toggles are schemasync's settings: PostgreSQL and Galera refuse them, so
+    a toggle that would do nothing there is an error (exit 254), not a quiet no-op."""
     path = tmp_path / "pg.toml"
-    path.write_text(
-        "[target]\nname = 'postgres'\ndelay_duration_ms = 800\nmax_clock_skew_ms = 90\n"
-        "synchronous_commit = 'remote_apply'\n"
-    )
+    path.write_text("[target]\nname = 'postgres'\nsynchronous_commit = 'remote_apply'\n")
     s = load_scenario(path)
-    assert (s.target, s.delay_ms, s.max_skew_ms) == ("postgres", 800, 90)
+    assert s.target == "postgres"
     assert s.target_config == {"synchronous_commit": "remote_apply"}
+    with pytest.raises(SettingsError, match="toggles: unknown postgres setting"):
+        PostgresTarget().check_settings({**s.target_config, "toggles": ["no-ack-wait"]})
+    with pytest.raises(SettingsError, match="delay_duration_ms: unknown galera setting"):
+        GaleraTarget().check_settings({"delay_duration_ms": 800})
+    argv = ["run", "--target", "postgres", "--toggle", "no-ack-wait", "--backend", "local"]
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(main([*argv, "--store", str(tmp_path / "store")]))
+    assert exit_info.value.code == 254
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "run: --toggle: unknown postgres setting (allowed: synchronous_commit" in err, err
 
 
 def test_cli_exits_254_on_a_bad_scenario_key(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -145,7 +157,8 @@ def test_schemasync_settings_refuse_what_the_node_would_ignore() -> None:
     target = SchemaSyncTarget()
     assert isinstance(target, SettingsChecker) and isinstance(PostgresTarget(), SettingsChecker)
     given = {"heartbeat_interval_ms": 400, "partitions": 0, "profile": "ignite", "toggles": []}
-    assert target.check_settings(given) == given  # ranges stay the node's to judge
+    checked = target.check_settings(given)  # ranges stay the node's to judge
+    assert checked == {**SCHEMASYNC_DEFAULTS, **given}
     with pytest.raises(SettingsError) as err:
         target.check_settings({"heartbeat_interval": 400})
     assert err.value.key == "heartbeat_interval"

@@ -16,6 +16,7 @@ from harness.target import (
     StartsAll,
     Target,
     TargetClient,
+    TimingBounds,
     VersionReporter,
 )
 from targets.galera.target import GaleraTarget
@@ -33,6 +34,7 @@ CAPABILITIES = (
     LaggingControl,
     SettingsChecker,
     StartsAll,
+    TimingBounds,
     VersionReporter,
 )
 
@@ -51,6 +53,7 @@ def test_each_target_has_exactly_its_capabilities() -> None:
         "ClockControl",
         "SettingsChecker",
         "StartsAll",
+        "TimingBounds",
         "VersionReporter",
     }
     assert _capabilities(postgres) == {
@@ -67,6 +70,7 @@ def test_each_target_has_exactly_its_capabilities() -> None:
         "ClockControl",
         "DockerImageProvider",
         "LaggingControl",
+        "SettingsChecker",
         "StartsAll",
     }
 

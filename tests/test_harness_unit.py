@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from checker.contract import read_run_json
 from harness.cli import main
 from harness.cluster import Cluster, ProvisionError, remove_iptables_rules, resolve_backend
 from harness.images import apt_mirror, base_tag, node_tag
@@ -20,7 +21,10 @@ from harness.remote_local import LocalRemote, check_ports_free, local_address, t
 from harness.remote_ssh import load_nodes_file
 from harness.run import run_json
 from harness.store import new_run_dir
+from harness.target import SettingsChecker
+from harness.target_settings import own_settings
 from schemasync.config import parse_config
+from targets.registry import load_target
 from targets.schemasync import render_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,11 +138,13 @@ def test_run_json_round_trips_into_repro_options(tmp_path: Path) -> None:
         nemesis=("partition",),
         nemesis_interval_s=3,
         workload="index",
-        toggles=("no-ack-wait",),
         seed=42,
         store=tmp_path,
-        delay_ms=300,
-        max_skew_ms=200,
+        target_config={
+            "toggles": ["no-ack-wait"],
+            "delay_ms": 300,
+            "max_skew_ms": 200,
+        },
         test_name="rt",
     )
     run = new_run_dir(tmp_path, "rt")
@@ -173,12 +179,15 @@ def test_run_json_round_trips_into_repro_options(tmp_path: Path) -> None:
         "nemesis",
         "nemesis_interval_s",
         "workload",
-        "toggles",
         "seed",
-        "delay_ms",
-        "max_skew_ms",
     ):
         assert getattr(again, field) == getattr(opts, field), field
+    # run.json holds the settings the nodes ran with, under the nodes' own names
+    assert again.target_config["toggles"] == ["no-ack-wait"]
+    assert again.target_config["delay_duration_ms"] == 300
+    assert again.target_config["max_clock_skew_ms"] == 200
+    assert again.target_config["idle_safe_time_interval_ms"] == 250
+    assert again.target_config["partitions"] == 4  # a default, recorded
 
 
 @pytest.mark.parametrize(
@@ -282,3 +291,29 @@ def test_rootfs_removal_unmounts_first_and_spares_what_is_mounted(
         subprocess.run(["umount", "-l", str(root / "rootfs" / "dev")], capture_output=True)
     assert not root.exists()
     assert (outside / "null").exists(), "removal walked into a bind mount"
+
+
+@pytest.mark.parametrize("target", ["schemasync", "postgres", "galera"])
+def test_run_json_has_the_contract_config_keys_and_repro_gives_the_target_its_own(
+    tmp_path: Path, target: str
+) -> None:
+    """history.md: run.json's config has DD, CSmax, idle SyncTime and toggles for every target;
+    a target without them records 0 and [], and `repro` hands back only what it takes."""
+    opts = RunOptions(store=tmp_path, target=target, nodes=3, voters=3)
+    run = new_run_dir(tmp_path, "contract")
+    nodes = ["n1", "n2", "n3"]
+    data = run_json(opts, run, "docker", nodes, nodes, [], [], 0, "none")
+    config = data["config"]
+    assert {"delay_duration_ms", "max_clock_skew_ms", "idle_safe_time_interval_ms"} <= set(config)
+    assert config["toggles"] == []
+    if target == "schemasync":
+        assert (config["delay_duration_ms"], config["max_clock_skew_ms"]) == (500, 500)
+    else:
+        assert (config["delay_duration_ms"], config["max_clock_skew_ms"]) == (0, 0)
+    run.run_json.write_text(json.dumps(data))
+    read_run_json(run.path)  # the checker's contract validation takes it
+    again = own_settings(options_from_run_json(run.run_json))
+    checker = load_target(target)
+    assert isinstance(checker, SettingsChecker)
+    checker.check_settings(again.target_config)
+    assert ("toggles" in again.target_config) == (target == "schemasync")

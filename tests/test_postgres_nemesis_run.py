@@ -38,7 +38,6 @@ def scenario_options(name: str, store: Path) -> RunOptions:
     scenario = load_scenario(SCENARIOS / name)
     fields = {k: v for k, v in scenario.run_options_fields().items() if v is not None}
     fields["nemesis"] = tuple(fields["nemesis"])
-    fields["toggles"] = tuple(fields["toggles"])
     return dataclasses.replace(
         RunOptions(**fields),
         backend="docker",

@@ -270,7 +270,10 @@ BAD_MATRICES = [
 GOOD_SCENARIO = '[[scenario]]\nname = "a"\n'
 BAD_SCENARIOS = [
     ('toggles = "no-ack-wait"\n', "scenario[0].toggles: Input should be a valid list"),
-    ('toggles = ["no-ack-wiat"]\n', "scenario[0] (a).toggles: unknown 'no-ack-wiat'"),
+    (
+        'toggles = ["no-ack-wiat"]\n',
+        "scenario[0] (a).toggles: unknown ['no-ack-wiat'] (known: no-safe-time-wait",
+    ),
     ('expect = ["stale-read"]\n', "scenario[0] (a).expect: unknown 'stale-read'"),
     ('workload = "ddl"\n', "scenario[0] (a).workload: unknown 'ddl' (allowed: ddl-dml"),
     ("time_limit = 3\n", "scenario[0] (a): unknown key 'time_limit'"),

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.target import SettingsError
+from schemasync.toggles import TOGGLES
+from targets.schemasync.config import check_settings
 from workloads import build_generator
 from workloads.scenario import (
-    TOGGLES,
     Scenario,
     ScenarioError,
     apply_overrides,
@@ -23,20 +25,20 @@ SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 def test_every_toggle_has_a_scenario_named_after_it(toggle: str) -> None:
     s = load_scenario(SCENARIOS / f"{toggle}.toml")
     assert s.name == toggle
-    assert s.toggles == (toggle,)
+    assert s.target_config["toggles"] == [toggle]
     assert s.expect, "a toggle scenario names the anomaly classes it must produce"
-    assert 2 * s.idle_safe_time_interval_ms <= s.delay_ms
+    check_settings(s.target_config)  # schemasync's: the toggle names, idle within DD/2
     gen = build_generator(s.workload, s.seed, s.concurrency, dict(s.workload_options))
     assert gen.next_op(0, 0.0) is not None or s.concurrency > 1
 
 
 def test_baseline_has_every_toggle_off_and_every_fault_on() -> None:
     s = load_scenario(SCENARIOS / "baseline.toml")
-    assert s.toggles == () and s.expect == ()
+    assert s.target_config["toggles"] == [] and s.expect == ()
     assert set(s.nemesis) >= {"clock", "partition", "lagging-learner", "kill", "pause"}
     assert "skew-beyond" not in s.nemesis_options["clock_modes"]  # beyond CSmax: no promise
     fields = s.run_options_fields()
-    assert fields["delay_ms"] == 500 and fields["workload"] == "ddl-dml"
+    assert fields["target_config"]["delay_ms"] == 500 and fields["workload"] == "ddl-dml"
     assert fields["workload_options"] == {"ddl_interval_s": 0.7, "probe_processes": 3}
     assert fields["scenario"] == SCENARIOS / "baseline.toml"
 
@@ -53,9 +55,7 @@ def write(tmp_path: Path, text: str) -> Path:
         ("seed = -1", "seed"),
         ("time_limit = 3", "time_limit"),
         ('concurrency = "ten"', "concurrency"),
-        ("[target]\ntoggles = ['no-such-toggle']", "target.toggles"),
         ("[target]\nnodes = 3\nvoters = 4", "voters"),
-        ("[target]\ndelay_ms = 100\nidle_safe_time_interval_ms = 60", "idle_safe_time_interval_ms"),
         ("[nemesis]\nkinds = 'clock'", "nemesis.kinds"),
         ("[nemesis]\nevery = 3", "nemesis.every"),
         ("[workload]\nname = 'bank'", "workload.name"),
@@ -87,16 +87,45 @@ def test_command_line_flags_override_the_file(tmp_path: Path) -> None:
         "[nemesis]\nkinds = ['clock']\n[workload]\nddl_interval_s = 0.5\n",
     )
     s = load_scenario(path)
-    assert s.target_config == {"partitions": 8}
+    assert s.target_config == {"toggles": ["no-ack-wait"], "partitions": 8}
     assert s.workload_options == {"ddl_interval_s": 0.5}
-    o = apply_overrides(s, {"seed": 9, "time_limit_s": 5, "toggles": [], "nemesis": None})
-    assert (o.seed, o.time_limit_s, o.toggles, o.nemesis) == (9, 5.0, (), ("clock",))
+    no_toggles = {**s.target_config, "toggles": []}
+    o = apply_overrides(
+        s, {"seed": 9, "time_limit_s": 5, "target_config": no_toggles, "nemesis": None}
+    )
+    assert (o.seed, o.time_limit_s, o.nemesis) == (9, 5.0, ("clock",))
+    assert o.target_config == {"toggles": [], "partitions": 8}
     assert s.seed == 4  # frozen: the file's scenario is unchanged
     with pytest.raises(ScenarioError, match="concurrency"):
         apply_overrides(s, {"concurrency": 0})
     with pytest.raises(ScenarioError, match="not a scenario field"):
         apply_overrides(s, {"colour": "red"})
-    assert isinstance(o, Scenario) and o.to_json()["toggles"] == []
+    assert isinstance(o, Scenario) and o.to_json()["target_config"]["toggles"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[target]\ntoggles = ['no-such-toggle']", "toggles"),
+        ("[target]\ndelay_ms = 100\nidle_safe_time_interval_ms = 60", "idle_safe_time_interval_ms"),
+        ("[target]\ndelay_duration_ms = 'soon'", "delay_duration_ms"),
+        ("[target]\npartitons = 4", "partitons"),
+    ],
+)
+def test_the_targets_own_settings_are_checked_by_the_target(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    """A scenario carries [target]'s other keys as they are; schemasync's settings model
+    refuses an unknown toggle, a bad value, a typo, or an idle SyncTime above DD/2."""
+    s = load_scenario(write(tmp_path, text))
+    with pytest.raises(SettingsError) as err:
+        check_settings(s.target_config)
+    assert err.value.key == key
+    # the other way: the same keys with good values pass, under the node's own names
+    given = {"toggles": ["no-ack-wait"], "delay_ms": 100, "max_skew_ms": 7}
+    good = check_settings(given)
+    assert (good["delay_duration_ms"], good["max_clock_skew_ms"]) == (100, 7)
+    assert "delay_ms" not in good and good["toggles"] == ["no-ack-wait"]
 
 
 @pytest.mark.parametrize("name", [*TOGGLES, "baseline"])

@@ -12,10 +12,10 @@ file, the key and what is allowed, never a traceback.
     time_limit_s = 30
     concurrency = 12
     expect = ["ap-violation"]             # anomaly classes it must produce ([] = valid)
-    [target]                              # name, nodes, voters, delay_ms, max_skew_ms,
-    toggles = ["no-safe-time-wait"]       # idle_safe_time_interval_ms, toggles; any other key
-    partitions = 4                        # is the target's setting (target_config), checked
-                                          # by that target (harness.target.SettingsChecker)
+    [target]                              # name, nodes, voters; every other key is the
+    toggles = ["no-safe-time-wait"]       # target's own setting (target_config: schemasync's
+    delay_ms = 500                        # DD, CSmax, toggles, ...), checked by that target
+                                          # (harness.target.SettingsChecker)
     [nemesis]
     kinds = ["lagging-learner"]
     interval_s = 5
@@ -45,7 +45,6 @@ from pydantic import (
 )
 
 from checker.anomaly_classes import ANOMALY_CLASSES, UNAVAILABILITY
-from schemasync.toggles import TOGGLES
 from workloads.config_errors import first_problem, one_of
 
 # What `expect` may name: the anomaly classes, plus the one liveness finding
@@ -81,10 +80,6 @@ class Scenario:
     target: str = "schemasync"
     nodes: int = 5
     voters: int = 3
-    delay_ms: int = 500
-    max_skew_ms: int = 500
-    idle_safe_time_interval_ms: int = 250
-    toggles: tuple[str, ...] = ()
     target_config: Mapping[str, Any] = field(default_factory=dict)
     nemesis: tuple[str, ...] = ()
     nemesis_interval_s: float = 10.0
@@ -104,12 +99,8 @@ class Scenario:
             "nemesis": self.nemesis,
             "nemesis_interval_s": self.nemesis_interval_s,
             "workload": self.workload,
-            "toggles": self.toggles,
             "seed": self.seed,
             "scenario": Path(self.path) if self.path else None,
-            "delay_ms": self.delay_ms,
-            "max_skew_ms": self.max_skew_ms,
-            "idle_safe_time_interval_ms": self.idle_safe_time_interval_ms,
             "test_name": self.name,
             "target": self.target,
             "target_config": json_plain(self.target_config),
@@ -150,12 +141,6 @@ class TargetTable(BaseModel):
     name: StrictStr | None = None
     nodes: Annotated[StrictInt, Field(ge=1)] | None = None
     voters: Annotated[StrictInt, Field(ge=1)] | None = None
-    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
-    delay_duration_ms: Annotated[StrictInt, Field(ge=0)] | None = None  # the node's name
-    max_skew_ms: Annotated[StrictInt, Field(ge=0)] | None = None
-    max_clock_skew_ms: Annotated[StrictInt, Field(ge=0)] | None = None  # the node's name
-    idle_safe_time_interval_ms: Annotated[StrictInt, Field(ge=1)] | None = None
-    toggles: Annotated[list[StrictStr], AfterValidator(one_of(TOGGLES, "toggle"))] | None = None
 
 
 class NemesisTable(_Table):
@@ -190,11 +175,7 @@ class ScenarioFile(_Table):
 
 
 # [target] keys that are Scenario fields under another name; the rest keep theirs
-_TARGET_FIELD = {
-    "name": "target",
-    "delay_duration_ms": "delay_ms",
-    "max_clock_skew_ms": "max_skew_ms",
-}
+_TARGET_FIELD = {"name": "target"}
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -257,7 +238,7 @@ _OVERRIDABLE = {f.name for f in dataclasses.fields(Scenario)} - {"path"}
 
 def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenario:
     """The scenario with command-line values on top; a None value means "flag not given".
-    Keys are Scenario field names (`time_limit_s`, `toggles`, `nemesis`, `seed`, ...)."""
+    Keys are Scenario field names (`time_limit_s`, `target_config`, `nemesis`, `seed`, ...)."""
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in _OVERRIDABLE:
@@ -308,23 +289,14 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     integer("concurrency", 1)
     integer("nodes", 1)
     integer("voters", 1)
-    integer("delay_ms", 0)
-    integer("max_skew_ms", 0)
-    integer("idle_safe_time_interval_ms", 1)
     number("time_limit_s", 0.0)
     number("nemesis_interval_s", 0.0)
-    strings("toggles", TOGGLES)
     strings("nemesis", None)
     strings("expect", EXPECTABLE)
     if "backend" in values:
         need("backend", values["backend"] in BACKENDS, f"needs one of {', '.join(BACKENDS)}")
     if values.get("voters", 3) > values.get("nodes", 5):
         raise ScenarioError(where, "voters", "more voters than nodes")
-    delay = values.get("delay_ms", 500)
-    if 2 * values.get("idle_safe_time_interval_ms", 250) > delay > 0:
-        raise ScenarioError(
-            where, "idle_safe_time_interval_ms", f"must stay within delay_ms/2 ({delay} ms)"
-        )
     if "workload" in values or "workload_options" in values:
         _check_workload(values, where)
     return Scenario(**values)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.target import TargetSetupError
+from harness.target import SettingsError, TargetSetupError
 
 CLIENT_PORT = 3306
 GROUP_PORT = 4567  # gcomm: write-set replication and membership
@@ -40,17 +40,26 @@ class GaleraTargetError(TargetSetupError):
     """Galera could not be installed, configured, started or made ready on a node."""
 
 
+class GaleraSettingsError(SettingsError, GaleraTargetError):
+    """A setting Galera does not have, or a bad value: `<key>: <why>`."""
+
+
 def validated(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The target's settings with defaults, each checked; a bad one names its key."""
+    """The target's settings with defaults, each checked; an unknown or bad one names its
+    key (a typo must not quietly run another test)."""
+    unknown = sorted(set(config) - set(DEFAULT_CONFIG))
+    if unknown:
+        known = ", ".join(DEFAULT_CONFIG)
+        raise GaleraSettingsError(unknown[0], f"unknown galera setting (allowed: {known})")
     merged = {**DEFAULT_CONFIG, **config}
     osu = str(merged["osu_method"]).upper()
     if osu not in OSU_METHODS:
-        raise GaleraTargetError(f"target config osu_method: {osu!r} is not one of {OSU_METHODS}")
+        raise GaleraSettingsError("osu_method", f"{osu!r} is not one of {OSU_METHODS}")
     merged["osu_method"] = osu
     for key, allowed in (("sync_wait", range(16)), ("ignore_apply_errors", range(16))):
         value = merged[key]
         if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
-            raise GaleraTargetError(f"target config {key}: {value!r} is not an integer 0..15")
+            raise GaleraSettingsError(key, f"{value!r} is not an integer 0..15")
     return merged
 
 

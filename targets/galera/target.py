@@ -17,6 +17,7 @@ import logging
 import shlex
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,11 @@ class GaleraTarget:
         self.catalog = CatalogState()
         self._start_lock = threading.Lock()
         self.bootstraps: list[str] = []  # every bootstrap, in order: proof of "only once" each
+
+    @staticmethod
+    def check_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings with their defaults, or SettingsError naming the key."""
+        return validated(config)
 
     @staticmethod
     def docker_image() -> str:

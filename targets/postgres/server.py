@@ -11,7 +11,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
-    StrictStr,
     ValidationError,
 )
 
@@ -43,11 +42,6 @@ class PostgresSettings(BaseModel):
     sync_method: Annotated[Literal["FIRST", "ANY"], BeforeValidator(_upper)] = "FIRST"
     max_standby_streaming_delay_ms: Annotated[StrictInt, Field(ge=0)] = 5000
     lag_mode: Literal["drop", "replay-pause", "inhibit"] = "drop"
-    # what the harness gives every target (schemasync's knobs): meaningless here, accepted
-    delay_duration_ms: StrictInt | None = None
-    max_clock_skew_ms: StrictInt | None = None
-    idle_safe_time_interval_ms: StrictInt | None = None
-    toggles: list[StrictStr] = []
 
 
 def check_settings(config: Mapping[str, Any]) -> dict[str, Any]:

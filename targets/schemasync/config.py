@@ -6,9 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harness.target import ClusterView, SettingsError
+from schemasync.toggles import TOGGLES
 
 
 class SchemaSyncSettings(BaseModel):
@@ -18,8 +30,13 @@ class SchemaSyncSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    delay_duration_ms: StrictInt | None = None
-    max_clock_skew_ms: StrictInt | None = None
+    # a scenario may say delay_ms and max_skew_ms, as the command line's flags do
+    delay_duration_ms: StrictInt | None = Field(
+        None, validation_alias=AliasChoices("delay_duration_ms", "delay_ms")
+    )
+    max_clock_skew_ms: StrictInt | None = Field(
+        None, validation_alias=AliasChoices("max_clock_skew_ms", "max_skew_ms")
+    )
     idle_safe_time_interval_ms: StrictInt | None = None
     partitions: StrictInt | None = None
     base_ts: Literal["enlist", "begin"] | None = None
@@ -34,20 +51,52 @@ class SchemaSyncSettings(BaseModel):
     request_timeout_ms: StrictInt | None = None
     synctime_reorder_window_ms: StrictInt | None = None
 
+    @field_validator("toggles")
+    @classmethod
+    def _known_toggles(cls, names: list[str] | None) -> list[str] | None:
+        unknown = [n for n in names or [] if n not in TOGGLES]
+        if unknown:
+            raise ValueError(f"unknown {unknown} (known: {', '.join(TOGGLES)})")
+        return names
+
+    @model_validator(mode="after")
+    def _idle_within_half_delay(self) -> SchemaSyncSettings:
+        # An idle SyncTime slower than DD/2, when asked for, is a scenario's mistake: safe time
+        # would trail activations. (A small --delay-ms alone keeps the node's default idle.)
+        idle = self.idle_safe_time_interval_ms
+        delay = self.delay_duration_ms or DEFAULT_CONFIG["delay_duration_ms"]
+        if idle is not None and 2 * idle > delay:
+            raise ValueError(
+                f"idle_safe_time_interval_ms {idle} must stay within delay_duration_ms/2 "
+                f"({delay} ms)"
+            )
+        return self
+
 
 def check_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings given (nothing added), or SettingsError naming the key and what is
-    allowed."""
+    """The settings the nodes would run with (the defaults under the ones given), or
+    SettingsError naming the key and what is allowed."""
     try:
-        SchemaSyncSettings.model_validate(dict(config))
+        settings = SchemaSyncSettings.model_validate(dict(config))
     except ValidationError as e:
         first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "-"
+        key = ".".join(str(part) for part in first["loc"])
+        if not key and "idle_safe_time_interval_ms" in first["msg"]:
+            key = "idle_safe_time_interval_ms"
         if first["type"] == "extra_forbidden":
             allowed = ", ".join(SchemaSyncSettings.model_fields)
             raise SettingsError(key, f"unknown schemasync setting (allowed: {allowed})") from None
-        raise SettingsError(key, f"{first['msg']}, got {first.get('input')!r}") from None
-    return dict(config)
+        why = str(first["msg"]).removeprefix("Value error, ")
+        if first["type"] == "value_error":
+            raise SettingsError(key or "-", why) from None
+        raise SettingsError(key or "-", f"{why}, got {first.get('input')!r}") from None
+    return {**DEFAULT_CONFIG, **settings.model_dump(exclude_none=True)}
+
+
+def timing_bounds(config: Mapping[str, Any]) -> tuple[int, int]:
+    """CSmax and DD in ms of these settings (SettingsError if they are bad)."""
+    merged = check_settings(config)
+    return int(merged["max_clock_skew_ms"]), int(merged["delay_duration_ms"])
 
 
 DEFAULT_CONFIG: dict[str, Any] = {

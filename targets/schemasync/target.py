@@ -25,6 +25,7 @@ from schemasync.client import Client
 from targets.schemasync.client import OP_TIMEOUT_S, SchemaSyncClient, client_error
 from targets.schemasync.config import DEFAULT_CONFIG, render_config
 from targets.schemasync.config import check_settings as check_node_settings
+from targets.schemasync.config import timing_bounds as node_timing_bounds
 
 log = logging.getLogger("schemachaos.target")
 
@@ -94,6 +95,11 @@ class SchemaSyncTarget:
     def check_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         """The settings given, checked (`config.SchemaSyncSettings`), or SettingsError."""
         return check_node_settings(config)
+
+    @staticmethod
+    def timing_bounds(config: Mapping[str, Any]) -> tuple[int, int]:
+        """CSmax and DD (ms) of these settings, for the clock and delay nemeses."""
+        return node_timing_bounds(config)
 
     def software_version(self, node: str) -> str:
         """The digest of the `schemasync` sources the node imports (this tree, uploaded or

@@ -47,8 +47,8 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     last = _last_writes(writes.select(*kept), cat.clock_free)
 
     # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
-    maybe = _unknown_outcome_writes(frames)
-    last = last.join(maybe, ["table", "key"], "left_anti")
+    maybe = _unknown_outcome_writes(frames, cat)
+    last = last.join(maybe, ["w_id", "key"], "left_anti")
 
     reads = cat.with_schema_version_of(frames.table_reads, "ts", "table", "read_sv", "fv")
     reads = cat.with_table(reads, "fv", "table", "f")
@@ -191,9 +191,11 @@ def _first_difference() -> Column:
     return F.when(F.col("op") == "w", F.array_min(F.transform(diffs, render)))
 
 
-def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
-    """(table, key) of every write a txn that ended in `info` meant to make (its invoke's ops:
-    the completion of an unknown outcome may not list them)."""
+def _unknown_outcome_writes(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+    """(table id, key) of every write a txn that ended in `info` meant to make (its invoke's
+    ops: the completion of an unknown outcome may not list them). Such a write has no ts to
+    place its table name at, so the name stands for every table that ever had it: a write to
+    t6 after `RENAME t5 TO t6` may have overwritten what was written to t5."""
     info = frames.txns.where(F.col("type") == "info").select(F.col("invoke_index").alias("_ii"))
     invokes = frames.events.where(
         (F.col("type") == "invoke") & (F.col("f") == "txn") & F.col("process").rlike(CLIENT_PROCESS)
@@ -202,10 +204,13 @@ def _unknown_outcome_writes(frames: RunFrames) -> DataFrame:
     # broadcast, unless a run has so many that a shuffle is the safer way.
     info = bounded_broadcast(info, len(frames.known().info_txn_invokes))
     picked = invokes.join(info, F.col("index") == F.col("_ii"), "left_semi")
+    names = cat.tables.select(F.col("table").alias("_name"), F.col("table_id").alias("w_id"))
     return (
         picked.select(F.explode("value.ops").alias("o"))
         .where(F.col("o.op").isin("w", "d"))
-        .select(F.col("o.table").alias("table"), F.col("o.key").alias("key"))
+        .select(F.col("o.table").alias("_name"), F.col("o.key").alias("key"))
+        .join(F.broadcast(names.distinct()), "_name")
+        .select("w_id", "key")
         .distinct()
     )
 

@@ -117,3 +117,58 @@ def test_model_histories_without_a_clock(
     generate_run(tmp_path, seed=7, events=250, fault=fault, clock="none")
     results = analyze_run(tmp_path, spark=spark, options=FAST)
     assert {a["class"] for a in results["anomalies"]} == ({fault} if fault else set())
+
+
+def _renamed_then_unknown_write(run: Path, unknown_write: bool) -> Path:
+    """t1 key 7 written (ok), t1 renamed to t9, then (if `unknown_write`) a txn writing t9
+    key 7 = 5 ends in `info`; the final read of t9 shows 5."""
+    a_invoke, a_ok = _txn(0, "a", 2300, 1)
+    timed = [(2200, a_invoke), (2300, a_ok)]
+    if unknown_write:
+        op = {"op": "w", "table": "t9", "key": 7, "row": {"c1": 5, "c2": "a"}}
+        timed += [
+            (2500, {"type": "invoke", "process": 1, "f": "txn", "value": {"ops": [op]}}),
+            (2600, {"type": "info", "process": 1, "f": "txn", "node": "n1", "value": {},
+                    "error": {"code": "TIMEOUT", "message": "no reply", "retriable": True}}),
+        ]  # fmt: skip
+    final = {"table": "t9", "ts": 2900 * MS, "schema_version": 3,
+             "rows": [{"key": 7, "row": {"c1": 5, "c2": "a"}}]}  # fmt: skip
+    timed += [
+        (2700, {"type": "invoke", "process": 9, "f": "final-read", "value": {"table": "t9"}}),
+        (2710, {"type": "ok", "process": 9, "f": "final-read", "node": "n2", "value": final}),
+    ]
+    events = [{"index": i, "time": ms * 10**6, **e} for i, (ms, e) in enumerate(timed)]
+    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    lines = (run / "catalog.jsonl").read_text().splitlines(keepends=True)[:3]
+    renamed = json.loads(lines[2])
+    table = {**renamed["tables"]["t1"], "schema_version": 3}
+    renamed.update(
+        catalog_version=4,
+        activation_ts=2400 * MS,
+        safe_ts=2300 * MS,
+        ddl="ALTER TABLE t1 RENAME TO t9",
+        tables={"t9": table},
+    )
+    (run / "catalog.jsonl").write_text("".join(lines) + json.dumps(renamed) + "\n")
+    return run
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("clock", ["hlc", "none"])
+def test_an_unknown_write_after_a_rename_may_have_overwritten_the_key(
+    clock: str,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """A txn that ended in `info` names the table as it was called then (t9); the acknowledged
+    write it may have overwritten went to the same table under its old name (t1). The key is
+    undecided, not lost; without that txn the final read's 5 is no write's, so t1's is lost."""
+
+    def judged(name: str, unknown_write: bool) -> dict[str, Any]:
+        run = _renamed_then_unknown_write(make_run("lost-write", tmp_path / name), unknown_write)
+        return analyze_run(clock_none(run) if clock == "none" else run, spark=spark, options=FAST)
+
+    undecided = judged("maybe", unknown_write=True)
+    assert undecided["valid"] is True, (undecided["anomalies"], undecided["errors"])
+    lost = judged("lost", unknown_write=False)
+    assert witnesses(lost, "lost-write") == [[1, 3]], lost["anomalies"]

@@ -35,7 +35,6 @@ def test_a_toi_run_with_partitions_and_kills_ends_with_every_node_primary(
 ) -> None:
     scenario = load_scenario(SCENARIO)
     fields = {k: v for k, v in scenario.run_options_fields().items() if v is not None}
-    fields["toggles"] = tuple(fields["toggles"])
     opts = dataclasses.replace(
         RunOptions(**fields),
         backend="docker",
@@ -59,6 +58,14 @@ def test_a_toi_run_with_partitions_and_kills_ends_with_every_node_primary(
     assert "not Synced in the primary component" not in log, log[-3000:]
     finals = [e for e in history if e["f"] == "final-read" and e["type"] != "invoke"]
     assert finals and all(e["type"] == "ok" for e in finals), finals
+    # per-node copies: every node read whole, and each of its tables probed after (the final
+    # probes replica-divergence compares schemas by)
+    assert {e["node"] for e in finals} == {"n1", "n2", "n3"}
+    first_final = min(e["index"] for e in history if e["f"] == "final-read")
+    final_probes = [e for e in history if e["f"] == "probe" and e["index"] > first_final]
+    probed = {(e["node"], e["value"]["table"]) for e in final_probes if e["type"] == "ok"}
+    read = {(e["node"], e["value"]["table"]) for e in finals if "index" not in e["value"]}
+    assert probed == read, (probed, read)
     assert any(e["f"] == "ddl" and e["type"] == "ok" for e in history)
     catalog = [json.loads(line) for line in (outcome.run_dir / "catalog.jsonl").open()]
     assert [c["catalog_version"] for c in catalog] == list(range(1, len(catalog) + 1))

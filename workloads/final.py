@@ -4,7 +4,9 @@ Lost writes, index-missing and index-orphan are judged against these reads, so t
 every acknowledged write: they are taken on a node that answers, at one ts after every
 timestamp any acknowledged op reported (and after that node's own now), and recorded as
 `final-read` events like any other op (a read that fails is recorded too, then tried on the
-next node).
+next node). On a target whose nodes keep their own copies every node is read whole, and each
+of its tables probed (null ts) after its reads: the final probes replica-divergence compares
+schemas by (anomalies.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 
 STATUS_TIMEOUT_S = 5.0
 FINAL_F = "final-read"
+PROBE_F = "probe"
 
 
 def tables_and_indexes(catalog_line: Mapping[str, Any]) -> list[dict]:
@@ -51,7 +54,7 @@ async def final_reads(
     every node, so replica-divergence can compare the copies."""
     if every_node:
         for node in nodes:
-            await _read_on(open_client, [node], recorder, tables_and_indexes, timeout_s)
+            await _read_on(open_client, [node], recorder, tables_and_indexes, timeout_s, probe=True)
         return
     await _read_on(open_client, nodes, recorder, tables_and_indexes, timeout_s)
 
@@ -62,8 +65,11 @@ async def _read_on(
     recorder: HistoryRecorder,
     tables_and_indexes: list[dict],
     timeout_s: float,
+    *,
+    probe: bool = False,
 ) -> None:
-    """Everything read once, on the first of `nodes` that answers, then the next for the rest."""
+    """Everything read once, on the first of `nodes` that answers, then the next for the rest;
+    with `probe`, each table also probed on each node that read it."""
     process = recorder.max_process + 1
     pending = list(tables_and_indexes)
     total = len(pending)
@@ -80,13 +86,18 @@ async def _read_on(
             left: list[dict] = []
             for i, target in enumerate(pending):
                 value = {**target, "ts": ts}
-                ok, crashed = await _read(client, recorder, process, value, timeout_s)
+                ok, crashed = await _recorded(
+                    FINAL_F, client.final_read, client, recorder, process, value, timeout_s
+                )
                 if crashed:  # unknown outcome: a fresh process, and the rest on the next node
                     process = recorder.max_process + 1
                     left.extend(pending[i:])
                     break
                 if not ok:
                     left.append(target)
+            if probe:
+                read = [t for t in pending if t not in left and "index" not in t]
+                process = await _probe(client, recorder, process, read, timeout_s)
             pending = left
         finally:
             try:
@@ -119,29 +130,49 @@ async def _read_ts(client: TargetClient, recorder: HistoryRecorder) -> int | Non
     return max(recorder.max_ts, now if isinstance(now, int) else 0) + 1
 
 
-async def _read(
+async def _probe(
+    client: TargetClient,
+    recorder: HistoryRecorder,
+    process: int,
+    tables: list[dict],
+    timeout_s: float,
+) -> int:
+    """A null-ts probe of each table on this node; the process to go on with."""
+    for target in tables:
+        value = {"table": target["table"], "ts": None}
+        _, crashed = await _recorded(
+            PROBE_F, client.probe, client, recorder, process, value, timeout_s
+        )
+        if crashed:  # unknown outcome: this process is done, and so is this node
+            return recorder.max_process + 1
+    return process
+
+
+async def _recorded(
+    f: str,
+    call: Callable[[dict], Awaitable[dict[str, Any]]],
     client: TargetClient,
     recorder: HistoryRecorder,
     process: int,
     value: dict,
     timeout_s: float,
 ) -> tuple[bool, bool]:
-    """One recorded read: (succeeded, process crashed)."""
-    recorder.invoke(process, FINAL_F, value)
+    """One recorded op of `f`: (succeeded, process crashed)."""
+    recorder.invoke(process, f, value)
     try:
         async with asyncio.timeout(timeout_s):
-            result = await client.final_read(value)
+            result = await call(value)
     except ClientError as e:
         kind = "fail" if e.definite else "info"
-        recorder.complete(process, kind, FINAL_F, dict(value), client.node, e.to_error())
+        recorder.complete(process, kind, f, dict(value), client.node, e.to_error())
         return False, kind == "info"
     except TimeoutError:
         error = {"code": "TIMEOUT", "message": f"no reply within {timeout_s} s", "retriable": True}
-        recorder.complete(process, "info", FINAL_F, dict(value), client.node, error)
+        recorder.complete(process, "info", f, dict(value), client.node, error)
         return False, True
     except Exception as e:
         error = {"code": "UNAVAILABLE", "message": f"{type(e).__name__}: {e}", "retriable": True}
-        recorder.complete(process, "info", FINAL_F, dict(value), client.node, error)
+        recorder.complete(process, "info", f, dict(value), client.node, error)
         return False, True
-    recorder.complete(process, "ok", FINAL_F, {**value, **result}, client.node)
+    recorder.complete(process, "ok", f, {**value, **result}, client.node)
     return True, False

@@ -5,11 +5,13 @@ The matrix is defined once, here: `tests/test_detection.py` runs it on seed 1 (e
 its control, the baseline) and this script runs it over seeds. Per toggle it prints the
 detection rate and the median time from the start of the workload (the first client invoke)
 to the first witnessing event; per control whether it was valid. Cluster runs go in parallel
-worker processes (docker backend, `--no-analyze`); the analysis of every run shares one Spark
-session in this process.
+worker processes (`--no-analyze`); the analysis of every run shares one Spark session in this
+process. `--backend sim` runs the same cases (scenario, seed, toggles on and off, time limit)
+on the simulated cluster, in virtual seconds, and judges them by the same rules (issue 24: a
+docker run and a sim run of a case give the same verdict).
 
     .venv/bin/python benchmarks/detection.py --seeds 5 [--toggles a,b] [--time-limit S]
-        [--parallel 3] [--no-controls]
+        [--parallel 3] [--no-controls] [--backend docker|sim]
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -48,6 +50,9 @@ class Entry:
     # classes' own definitions, each with why: allowed beside a listed class, never counted as
     # its detection. Anything else found is outside the list.
     implied: Mapping[str, str] = field(default_factory=dict)
+    # the scenario the sim backend runs instead, at its own time limit: one shaped for what
+    # virtual time does not have (no CPU time passes between an ack and the next invoke)
+    sim_scenario: str = ""
 
 
 HLC_NO_ROUND_UP_WHY = (
@@ -82,7 +87,12 @@ MATRIX: dict[str, Entry] = {
     "no-safe-time-wait": Entry("scenarios/no-safe-time-wait.toml", 12.0, implied=WRONG_VERSION),
     "no-ack-wait": Entry("scenarios/no-ack-wait.toml", 12.0),
     "ack-wait-no-skew": Entry("scenarios/ack-wait-no-skew.toml", 16.0),
-    "hlc-no-round-up": Entry("scenarios/hlc-no-round-up.toml", 10.0, HLC_NO_ROUND_UP_WHY),
+    "hlc-no-round-up": Entry(
+        "scenarios/hlc-no-round-up.toml",
+        10.0,
+        HLC_NO_ROUND_UP_WHY,
+        sim_scenario="scenarios/hlc-no-round-up-sim.toml",  # docs/simulation.md
+    ),
     "no-op-validation": Entry(
         "scenarios/no-op-validation.toml",
         12.0,
@@ -165,10 +175,14 @@ class Outcome:
 
 
 def scenario_options(
-    case: Case, store: Path, time_limit_s: float | None = None, spark_master: str = "local[2]"
+    case: Case,
+    store: Path,
+    time_limit_s: float | None = None,
+    spark_master: str = "local[2]",
+    backend: str = "docker",
 ) -> RunOptions:
-    """RunOptions of the case's scenario (as `schemachaos run --scenario` builds them);
-    `time_limit_s` overrides the case's own."""
+    """RunOptions of the case's scenario (as `schemachaos run --scenario` builds them) on
+    `backend` (docker or sim); `time_limit_s` overrides the case's own."""
     from workloads.scenario import load_scenario
 
     sc = load_scenario(REPO / case.scenario)
@@ -177,7 +191,7 @@ def scenario_options(
         "nemesis_options": dict(sc.nemesis_options),
         "expect": tuple(sc.expect),
         "store": store,
-        "backend": "docker",
+        "backend": backend,
         "spark_master": spark_master,
         "no_analyze": True,
     }
@@ -187,30 +201,39 @@ def scenario_options(
     if limit is not None:
         opts = replace(opts, time_limit_s=limit)
     if not case.toggles_on:
-        opts = replace(opts, toggles=())
+        opts = replace(opts, target_config={**opts.target_config, "toggles": []})
     return opts
 
 
 def cases(
-    toggles: Iterable[str], seeds: Sequence[int], controls: bool, baseline: bool
+    toggles: Iterable[str],
+    seeds: Sequence[int],
+    controls: bool,
+    baseline: bool,
+    backend: str = "docker",
 ) -> list[Case]:
     """Toggle-on runs of each toggle and seed, its toggle-off control, and the baseline, each
-    with the matrix's time limit."""
+    with the matrix's time limit. On the sim backend an entry's `sim_scenario` replaces its
+    scenario (at that scenario's own time limit), and no toggle is `unprovokable`: that is
+    said of real time, which a simulation does not run in."""
     from workloads.scenario import load_scenario
 
+    sim = backend == "sim"
     out: list[Case] = []
     for toggle in toggles:
         entry = MATRIX[toggle]
-        expect = tuple(load_scenario(REPO / entry.scenario).expect)
+        own = sim and bool(entry.sim_scenario)
+        scenario = entry.sim_scenario if own else entry.scenario
+        expect = tuple(load_scenario(REPO / scenario).expect)
         for seed in seeds:
             on = Case(
                 toggle,
-                entry.scenario,
+                scenario,
                 seed,
                 True,
                 expect,
-                entry.time_limit_s,
-                entry.unprovokable,
+                None if own else entry.time_limit_s,
+                "" if sim else entry.unprovokable,
                 tuple(entry.implied),
             )
             out.append(on)
@@ -252,7 +275,9 @@ def recovery_after_restart(run_dir: Path, results: dict[str, Any]) -> list[dict[
     op succeeded there, the time up to that horizon is a lower bound (`at_least`): kept when it
     already reaches UNAVAILABLE_AFTER_RESTART_S, left out (it tells nothing) when shorter.
     `asked` counts the client ops invoked on that node inside the span that did not succeed: a
-    span nobody asked the node anything in shows no unavailability, only silence."""
+    span nobody asked the node anything in shows no unavailability, only silence. The sim
+    nemesis names the restarted nodes `restarted` and records the event as it starts them (a
+    simulated node starts at once): the span then also holds the node's rejoin."""
     events = sorted(_events(run_dir).values(), key=lambda e: int(e["index"]))
     windows = results.get("stats", {}).get("unavailability", [])
     client_end = max(
@@ -282,7 +307,8 @@ def recovery_after_restart(run_dir: Path, results: dict[str, Any]) -> list[dict[
         if e.get("process") != "nemesis" or e.get("f") != "stop-kill":
             continue
         at = int(e["time"]) / 1e9
-        for node in (e.get("value") or {}).get("nodes") or []:
+        value = e.get("value") or {}
+        for node in value.get("nodes") or value.get("restarted") or []:
             horizon = min(
                 [k for k, nodes in kills if k > at and node in nodes] + [client_end / 1e9]
             )
@@ -396,11 +422,18 @@ def run_matrix(
     parallel: int,
     spark: Any = None,
     log: Any = print,
+    backend: str = "docker",
 ) -> list[Outcome]:
-    """Cluster parts in `parallel` worker processes; each run analyzed in one Spark session
-    as soon as its cluster part ends. Outcomes in the order of `todo`."""
+    """Cluster parts (docker or sim runs) in `parallel` worker processes; each run analyzed in
+    one Spark session as soon as its cluster part ends. Outcomes in the order of `todo`."""
     from checker.analyze import AnalyzeOptions, analyze_run
     from checker.session import build_session
+
+    run: Callable[[RunOptions], Any] = run_test
+    if backend == "sim":
+        from sim.run import run_sim  # no_analyze: the run alone, analyzed here
+
+        run = run_sim
 
     owned = spark is None
     session = spark if spark is not None else build_session("local[2]", shuffle_partitions=2)
@@ -410,7 +443,7 @@ def run_matrix(
         # each run is analyzed as soon as its cluster part ends, while the others still run
         with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
             futures = {
-                pool.submit(run_test, scenario_options(c, store, time_limit_s)): n
+                pool.submit(run, scenario_options(c, store, time_limit_s, backend=backend)): n
                 for n, c in enumerate(todo)
             }
             for future in as_completed(futures):
@@ -485,7 +518,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--time-limit", type=float, help="seconds of workload per run (default: the matrix's)"
     )
-    p.add_argument("--parallel", type=int, default=3)
+    p.add_argument("--backend", choices=("docker", "sim"), default="docker")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        help="runs at once (default: 3 on docker; 1 in sim, where a run takes a core and the "
+        "analysis of the one before the other)",
+    )
     p.add_argument("--store", type=Path, default=REPO / "store")
     p.add_argument("--no-controls", action="store_true", help="skip the toggle-off runs")
     p.add_argument("--no-baseline", action="store_true")
@@ -496,9 +535,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown toggles {unknown}")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    todo = longest_first(cases(names, seeds, not args.no_controls, not args.no_baseline))
+    todo = longest_first(
+        cases(names, seeds, not args.no_controls, not args.no_baseline, args.backend)
+    )
+    parallel = args.parallel or (1 if args.backend == "sim" else 3)
     started = time.monotonic()
-    outcomes = run_matrix(todo, args.store, args.time_limit, args.parallel)
+    outcomes = run_matrix(todo, args.store, args.time_limit, parallel, backend=args.backend)
+    if args.backend == "sim":
+        print(f"backend sim: {len(todo)} runs in virtual time, seeds {seeds[0]}-{seeds[-1]}")
     print(table(outcomes))
     print(f"\n{len(outcomes)} runs in {time.monotonic() - started:.0f} s")
     if args.json:

@@ -13,9 +13,9 @@ FIN) and removes its listeners, so later connects are refused.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import random
-from collections.abc import Callable
 from typing import Any
 
 from schemasync.transport import ConnectCallback, Listener
@@ -116,16 +116,19 @@ class _Pipe:
         self.receiver: asyncio.Protocol | None = None
         self.receiver_ctx: contextvars.Context | None = None
         self.held: list[bytes | None] = []  # None: the FIN
+        # Sent and not yet delivered, in order: each delivery timer hands over the oldest, so
+        # chunks due at the same instant (a healed link's backlog) keep their order, whatever
+        # order the timer heap pops equal times in.
+        self.in_flight: collections.deque[bytes | None] = collections.deque()
         self.last_at = 0.0
         self.closed = False  # FIN sent (nothing more goes in)
         self.dead = False  # the receiving side is gone: drop everything
-        self.on_fin_delivered: Callable[[], None] | None = None
         net.pipes.append(self)
 
     def send(self, chunk: bytes | None) -> None:
         if self.dead:
             return
-        if self.net.blocked(self.src, self.dst, self.port) or self.held:
+        if self.held or (self.net.cut and self.net.blocked(self.src, self.dst, self.port)):
             self.held.append(chunk)
             return
         self._schedule(chunk)
@@ -142,17 +145,19 @@ class _Pipe:
         at = max(loop.time() + self.net.latency_s(self.src, self.dst), self.last_at)
         self.last_at = at
         self.net.messages += 1
-        loop.call_at(at, self._deliver, chunk, context=self.receiver_ctx)
+        self.in_flight.append(chunk)
+        loop.call_at(at, self._deliver, context=self.receiver_ctx)
 
-    def _deliver(self, chunk: bytes | None) -> None:
+    def _deliver(self) -> None:
+        if not self.in_flight:  # dropped on the way: the receiving side is gone
+            return
+        chunk = self.in_flight.popleft()
         if self.dead or self.receiver is None:
             return
         if chunk is not None:
             self.receiver.data_received(chunk)
             return
         self.receiver.eof_received()
-        if self.on_fin_delivered is not None:
-            self.on_fin_delivered()
 
     def owner_died(self, node: str) -> None:
         if node == self.dst:
@@ -166,6 +171,7 @@ class _Pipe:
 
     def _drop(self) -> None:
         self.held = []
+        self.in_flight.clear()
         if self in self.net.pipes:
             self.net.pipes.remove(self)
 

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.exit_codes import EXIT_UNKNOWN
-from harness.options import RunOptions, target_config
+from harness.options import RunOptions
 from harness.run import build_schedule, run_json
 from harness.store import RunDir, new_run_dir, write_json, write_jsonl
 from harness.target import TargetClient
+from harness.target_settings import effective_config, timing_bounds
 from nemesis.schedule import NemesisStep
 from sim.clocks import EPOCH_US
 from sim.cluster import SimCluster, SimWorld
@@ -134,6 +135,22 @@ def _unknown(errors: list[str]) -> dict[str, Any]:
     }
 
 
+def _strictly_increasing_ns(loop: SimLoop) -> Callable[[], int]:
+    """The recorder's clock: virtual ns, one more than the last reading when virtual time has
+    not moved. On the controller's real monotonic clock every event takes some time; in sim
+    none passes, so a probe invoked as a DDL's ack completes would share the ack's ns and read
+    as concurrent with it, hiding a stale answer from read-your-DDL (which judges invokes
+    strictly after the ack, anomalies.md)."""
+    last = -1
+
+    def now() -> int:
+        nonlocal last
+        last = max(round(loop.time() * 1e9), last + 1)
+        return last
+
+    return now
+
+
 async def _simulate(
     opts: RunOptions,
     run: RunDir,
@@ -144,12 +161,12 @@ async def _simulate(
     loop = asyncio.get_running_loop()
     assert isinstance(loop, SimLoop)
     world = SimWorld(opts.seed, loop)
-    cluster = SimCluster(world, nodes, voters, target_config(opts))
+    cluster = SimCluster(world, nodes, voters, effective_config(opts))
     for n in nodes:
         cluster.start(n)
     await cluster.wait_ready(READY_TIMEOUT_S)
-    recorder = HistoryRecorder(run.history, clock_ns=lambda: round(loop.time() * 1e9))
-    nemesis = SimNemesis(cluster, opts.seed, opts.delay_ms)
+    recorder = HistoryRecorder(run.history, clock_ns=_strictly_increasing_ns(loop))
+    nemesis = SimNemesis(cluster, opts.seed, timing_bounds(opts)[1])
     try:
         summary = await _exercise(opts, run, cluster, schedule, recorder, nemesis)
     finally:

@@ -28,7 +28,7 @@ def test_baseline_without_faults_is_valid(tmp_path: Path) -> None:
         concurrency=10,
         seed=1,
         store=tmp_path,
-        idle_safe_time_interval_ms=200,
+        target_config={"idle_safe_time_interval_ms": 200},
         test_name="sim-baseline",
         workload_options={"ddl_interval_s": 0.7, "probe_processes": 3},
     )

@@ -337,8 +337,8 @@ def _columnar_row(event: dict[str, Any]) -> dict[str, Any]:
         "process": str(process),
         "f": _text(event.get("f")),
         "node": _text(event.get("node")),
-        "value": _fit(value, _VALUE) if client else None,
-        "error": _fit(event.get("error"), COLUMNAR_SCHEMA.field("error").type),
+        "value": _FIT_VALUE(value) if client else None,
+        "error": _FIT_ERROR(event.get("error")),
         "value_json": None if client else _json_text(value),
     }
     return row
@@ -355,41 +355,79 @@ def _text(value: Any) -> str | None:
     return _json_text(value)
 
 
-def _fit(value: Any, typ: pa.DataType) -> Any:
-    """`value` shaped for `typ`, or _Unfit where the JSON parse would null it (and flag the
-    line), so that the copy never says something the JSONL does not."""
-    if value is None:
-        return None
+def _fitter(typ: pa.DataType) -> Callable[[Any], Any]:
+    """A function shaping a value for `typ`, or raising _Unfit where the JSON parse would null
+    it (and flag the line), so that the copy never says something the JSONL does not. Built
+    once per type: walking the Arrow type for every event cost the simulator a tenth of its
+    run."""
     if pa.types.is_string(typ):
-        return _text(value)
+        return lambda v: None if v is None else _text(v)
     if pa.types.is_int64(typ):
-        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
-            raise _Unfit(value)
-        return value
+
+        def int64(v: Any) -> Any:
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
+                raise _Unfit(v)
+            return v
+
+        return int64
     if pa.types.is_floating(typ):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _Unfit(value)
-        return float(value)
+
+        def floating(v: Any) -> Any:
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise _Unfit(v)
+            return float(v)
+
+        return floating
     if pa.types.is_boolean(typ):
-        if not isinstance(value, bool):
-            raise _Unfit(value)
-        return value
+
+        def boolean(v: Any) -> Any:
+            if v is not None and not isinstance(v, bool):
+                raise _Unfit(v)
+            return v
+
+        return boolean
     if isinstance(typ, pa.StructType):
-        if not isinstance(value, dict):
-            raise _Unfit(value)
-        return {
-            typ.field(i).name: _fit(value.get(typ.field(i).name), typ.field(i).type)
-            for i in range(typ.num_fields)
-        }
+        fields = [(typ.field(i).name, _fitter(typ.field(i).type)) for i in range(typ.num_fields)]
+
+        def struct(v: Any) -> Any:
+            if v is None:
+                return None
+            if not isinstance(v, dict):
+                raise _Unfit(v)
+            return {name: fit(v.get(name)) for name, fit in fields}
+
+        return struct
     if isinstance(typ, pa.MapType):
-        if not isinstance(value, dict):
-            raise _Unfit(value)
-        return [(str(k), _fit(v, typ.item_type)) for k, v in value.items()]
+        item = _fitter(typ.item_type)
+
+        def mapping(v: Any) -> Any:
+            if v is None:
+                return None
+            if not isinstance(v, dict):
+                raise _Unfit(v)
+            return [(str(k), item(x)) for k, x in v.items()]
+
+        return mapping
     if isinstance(typ, pa.ListType):
-        if not isinstance(value, list | tuple):
-            raise _Unfit(value)
-        return [_fit(v, typ.value_type) for v in value]
-    raise _Unfit(typ)
+        element = _fitter(typ.value_type)
+
+        def listing(v: Any) -> Any:
+            if v is None:
+                return None
+            if not isinstance(v, list | tuple):
+                raise _Unfit(v)
+            return [element(x) for x in v]
+
+        return listing
+    raise TypeError(f"no columnar shape for {typ}")
+
+
+_FIT_VALUE = _fitter(_VALUE)
+_FIT_ERROR = _fitter(COLUMNAR_SCHEMA.field("error").type)
 
 
 def _error_fields(error: dict) -> dict:

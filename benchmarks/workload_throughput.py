@@ -1,8 +1,9 @@
-"""Workload throughput: generator ops/s alone, and what recording the history costs a real run.
+"""Workload throughput: generator ops/s alone, and what recording and monitoring cost a real run.
 
     .venv/bin/python benchmarks/workload_throughput.py                  # generators alone
     .venv/bin/python benchmarks/workload_throughput.py --cluster docker # + 5 docker nodes
     .venv/bin/python benchmarks/workload_throughput.py --cluster local  # + 5 local nodes
+    .venv/bin/python benchmarks/workload_throughput.py --cluster docker --compare monitor
 
 Generators alone: each workload driven flat out (no pacing) with DDL acknowledged at once, so
 the figure is the generator's own cost; Jepsen's bar is 20,000 ops/s. With `--cluster`: client
@@ -13,7 +14,11 @@ dropped before the next, so each phase starts from the same schema), after one u
 warm-up phase, and alternates on/off in ABBA order, so that load drifting on a shared machine
 falls on both sides alike; each round gives one on/off ratio of two adjacent phases, reported
 with its spread over the rounds, for client ops/s and for the controller's CPU time per op
-(which other load on the machine moves far less than ops/s).
+(which other load on the machine moves far less than ops/s). `--compare monitor` turns the
+run's ClusterMonitor (every node's admin status each 250 ms, in the clients' event loop, as
+`harness/run.py` starts it) on and off instead, recording on in every phase; the samples each
+phase recorded are counted from its history.jsonl, and a monitor that recorded no answered
+read fails the benchmark rather than giving a ratio. Target: on/off ops/s >= 0.95.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.monitor import ClusterMonitor
 from workloads import build_generator
 from workloads.generator import Op
-from workloads.history import HistoryRecorder
+from workloads.history import HistoryRecorder, read_history
 from workloads.runner import run_clients
 
 
@@ -135,8 +142,8 @@ def cluster_comparison(seconds: float, rounds: int, concurrency: int) -> None:
 
 
 def phase_order(rounds: int) -> list[bool]:
-    """Recording on/off per phase, ABBA: on off | off on | on off ... (True = on)."""
-    return [recording for r in range(rounds) for recording in ((True, False), (False, True))[r % 2]]
+    """The compared feature on/off per phase, ABBA: on off | off on | on off ... (True = on)."""
+    return [on for r in range(rounds) for on in ((True, False), (False, True))[r % 2]]
 
 
 async def drop_all_tables(target: Any, node: str) -> int:
@@ -153,32 +160,103 @@ async def drop_all_tables(target: Any, node: str) -> int:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """What the phases of a docker run turn on and off; everything else is the same."""
+
+    feature: str  # "recording" or "monitor"
+    goal: str  # as printed beside the result
+
+    def recording(self, on: bool) -> bool:
+        return on or self.feature != "recording"  # a monitor is measured as a real run: recorded
+
+    def monitor(self, on: bool) -> bool:
+        return on and self.feature == "monitor"
+
+
+COMPARISONS = {
+    "recording": Comparison("recording", "recording costs <= 5%"),
+    "monitor": Comparison("monitor", "on/off ops/s >= 0.95"),
+}
+
+
+@dataclass(frozen=True)
+class MonitorSamples:
+    """The monitor events one phase's history holds: ticks, and node reads answered or not."""
+
+    ticks: int
+    answered: int
+    errors: int
+
+    @classmethod
+    def of_history(cls, path: Path) -> MonitorSamples:
+        samples = [e["value"] for e in read_history(path) if e.get("process") == "monitor"]
+        reads = [fields for sample in samples for fields in sample.values()]
+        answered = sum(1 for fields in reads if "error" not in fields)
+        return cls(len(samples), answered, len(reads) - answered)
+
+
+@dataclass(frozen=True)
 class Phase:
     """One measured phase: client ops/s, and the controller's CPU per completed op (every
-    thread of this process: clients, recorder, fsync), which other load on the machine moves
-    less than ops/s."""
+    thread of this process: clients, recorder, fsync, monitor), which other load on the
+    machine moves less than ops/s."""
 
-    recording: bool
+    on: bool  # the compared feature
     ops_per_s: float
     cpu_us_per_op: float
     stats: dict[str, Any]
+    samples: MonitorSamples | None  # None: not counted (not a monitor comparison)
+
+
+async def clients_and_monitor(
+    target: Any,
+    nodes: list[str],
+    recorder: HistoryRecorder,
+    monitor: bool,
+    run: Callable[[], Awaitable[dict]],
+) -> dict:
+    """`run()` (the clients), beside a ClusterMonitor sampling every node if `monitor`: the
+    same TaskGroup and stop event as harness/run.py's."""
+    if not monitor:
+        return dict(await run())
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(ClusterMonitor(target, nodes, recorder).run(stop))
+        try:
+            stats = dict(await run())
+        finally:
+            stop.set()
+    return stats
 
 
 async def docker_phase(
-    target: Any, nodes: list[str], recording: bool, path: Path, seconds: float, concurrency: int
+    target: Any,
+    nodes: list[str],
+    comparison: Comparison,
+    on: bool,
+    path: Path,
+    seconds: float,
+    concurrency: int,
 ) -> Phase:
     """One phase: the same seeded workload every time, then its tables dropped (not timed)."""
+    recording = comparison.recording(on)
     recorder = HistoryRecorder(path) if recording else UnrecordedHistory(path)
     gen = build_generator("ddl-dml", 1, concurrency, {"dml_interval_s": 0.0, "nodes": len(nodes)})
+
+    def clients() -> Awaitable[dict]:
+        return run_clients(gen, target.client, nodes, recorder, seconds, concurrency, 1)
+
     cpu_start = time.process_time()
     try:
-        stats = await run_clients(gen, target.client, nodes, recorder, seconds, concurrency, 1)
+        stats = await clients_and_monitor(target, nodes, recorder, comparison.monitor(on), clients)
     finally:
         recorder.close()
     cpu_s = time.process_time() - cpu_start
     done = max(1, stats["ok"] + stats["fail"] + stats["info"])
     await drop_all_tables(target, nodes[0])
-    return Phase(recording, float(stats["ops_per_s"]), cpu_s / done * 1e6, dict(stats))
+    counted = recording and comparison.feature == "monitor"
+    samples = MonitorSamples.of_history(path) if counted else None
+    return Phase(on, float(stats["ops_per_s"]), cpu_s / done * 1e6, stats, samples)
 
 
 def spread(values: list[float]) -> str:
@@ -193,11 +271,57 @@ def spread(values: list[float]) -> str:
 def rounds_of(phases: list[Phase]) -> list[tuple[Phase, Phase]]:
     """(on, off) of each round: two adjacent phases, one of each (phase_order's pairs)."""
     pairs = zip(phases[0::2], phases[1::2], strict=True)
-    return [(a, b) if a.recording else (b, a) for a, b in pairs]
+    return [(a, b) if a.on else (b, a) for a, b in pairs]
 
 
-def measure_docker_phases(seconds: float, rounds: int, concurrency: int) -> list[Phase]:
-    """On/off phases alternated ABBA on one 5-node docker cluster (3 voters, 2 learners)."""
+def describe(i: int, phase: Phase, comparison: Comparison, seconds: float, nodes: int) -> str:
+    st = phase.stats
+    line = (
+        f"  phase {i:2d} {comparison.feature} {'on ' if phase.on else 'off'}: "
+        f"{phase.ops_per_s:7.1f} client ops/s, {phase.cpu_us_per_op:6.0f} controller "
+        f"CPU-us/op ({st['ok']} ok, {st['fail']} fail, {st['info']} info)"
+    )
+    s = phase.samples
+    if s is not None:
+        per_node = s.answered / nodes / phase_seconds(phase, seconds)
+        line += f"; {s.ticks} samples, {per_node:.2f} answered reads/s/node, {s.errors} errors"
+    return line
+
+
+@dataclass(frozen=True)
+class MonitorAlone:
+    """The ClusterMonitor sampling the idle cluster, recorded, no clients: the controller CPU
+    it costs on its own, which other load on the machine does not move."""
+
+    cpu_s_per_s: float
+    samples: MonitorSamples
+
+
+async def monitor_alone(target: Any, nodes: list[str], path: Path, seconds: float) -> MonitorAlone:
+    recorder = HistoryRecorder(path)
+    stop = asyncio.Event()
+    cpu_start = time.process_time()
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(ClusterMonitor(target, nodes, recorder).run(stop))
+            await asyncio.sleep(seconds)
+            stop.set()
+    finally:
+        recorder.close()
+    cpu_s = time.process_time() - cpu_start
+    return MonitorAlone(cpu_s / seconds, MonitorSamples.of_history(path))
+
+
+def phase_seconds(phase: Phase, seconds: float) -> float:
+    """How long the clients (and the monitor beside them) ran: the limit plus the last ops."""
+    return float(phase.stats.get("elapsed_s") or seconds)
+
+
+def measure_docker_phases(
+    comparison: Comparison, seconds: float, rounds: int, concurrency: int
+) -> tuple[list[Phase], MonitorAlone | None]:
+    """On/off phases alternated ABBA on one 5-node docker cluster (3 voters, 2 learners), and
+    for the monitor, then the monitor alone on the same cluster."""
     import uuid
 
     from harness.cluster import ClusterSpec, provision
@@ -207,8 +331,10 @@ def measure_docker_phases(seconds: float, rounds: int, concurrency: int) -> list
     root = Path(tempfile.mkdtemp(prefix="wl-bench-docker-"))
     spec = ClusterSpec(backend="docker", nodes=5, voters=3, image=ensure_images().node)
     phases: list[Phase] = []
+    alone: MonitorAlone | None = None
     with provision(spec, f"bench-{uuid.uuid4().hex[:8]}", root / ".tmp") as cluster:
         target = SchemaSyncTarget()
+        nodes = cluster.nodes
         try:
             target.setup(cluster, {})
             target.start_all()
@@ -216,42 +342,78 @@ def measure_docker_phases(seconds: float, rounds: int, concurrency: int) -> list
             # a first phase, not counted: the cluster's first tables, connections and Raft
             # traffic are slower than any later phase's, and would land on one side only
             warmup = root / "warmup.jsonl"
-            asyncio.run(docker_phase(target, cluster.nodes, False, warmup, seconds, concurrency))
-            for i, recording in enumerate(phase_order(rounds)):
-                path = root / f"p{i}-{'on' if recording else 'off'}.jsonl"
+            asyncio.run(
+                docker_phase(target, nodes, comparison, False, warmup, seconds, concurrency)
+            )
+            for i, on in enumerate(phase_order(rounds)):
+                path = root / f"p{i}-{'on' if on else 'off'}.jsonl"
                 phase = asyncio.run(
-                    docker_phase(target, cluster.nodes, recording, path, seconds, concurrency)
+                    docker_phase(target, nodes, comparison, on, path, seconds, concurrency)
                 )
                 phases.append(phase)
-                st = phase.stats
-                print(
-                    f"  phase {i:2d} recording {'on ' if recording else 'off'}: "
-                    f"{phase.ops_per_s:7.1f} client ops/s, {phase.cpu_us_per_op:6.0f} controller "
-                    f"CPU-us/op ({st['ok']} ok, {st['fail']} fail, {st['info']} info)"
-                )
+                print(describe(i, phase, comparison, seconds, len(nodes)))
+            if comparison.feature == "monitor":
+                path = root / "monitor-alone.jsonl"
+                alone = asyncio.run(monitor_alone(target, nodes, path, seconds))
         finally:
             target.teardown()
-    return phases
+    return phases, alone
 
 
-def docker_comparison(seconds: float, rounds: int, concurrency: int) -> None:
-    phases = measure_docker_phases(seconds, rounds, concurrency)
+def monitor_sampled(phases: list[Phase]) -> bool:
+    """Every monitor-on phase recorded answered reads, and no off phase recorded a sample."""
+    on = [p.samples.answered if p.samples else 0 for p in phases if p.on]
+    off = [p.samples.ticks if p.samples else 0 for p in phases if not p.on]
+    if min(on, default=0) == 0:
+        print(f"FAIL: a monitor-on phase recorded no answered read (answered per phase: {on})")
+        return False
+    if any(off):
+        print(f"FAIL: a monitor-off phase recorded samples (per phase: {off})")
+        return False
+    return True
+
+
+def docker_comparison(comparison: Comparison, seconds: float, rounds: int, concurrency: int) -> int:
+    """Prints the on/off ratios of one docker run; returns the exit code (1: no ratio)."""
+    feature = comparison.feature
+    phases, alone = measure_docker_phases(comparison, seconds, rounds, concurrency)
+    if feature == "monitor" and not monitor_sampled(phases):
+        return 1
     pairs = rounds_of(phases)
-    on = [p.ops_per_s for p in phases if p.recording]
-    off = [p.ops_per_s for p in phases if not p.recording]
+    on = [p.ops_per_s for p in phases if p.on]
+    off = [p.ops_per_s for p in phases if not p.on]
     print(
-        f"client ops/s, 5 docker nodes: recording on {statistics.fmean(on):.1f}, "
+        f"client ops/s, 5 docker nodes: {feature} on {statistics.fmean(on):.1f}, "
         f"off {statistics.fmean(off):.1f}"
     )
     ratios = [a.ops_per_s / b.ops_per_s for a, b in pairs]
-    print(f"on/off ops/s ratio per round ({len(pairs)} rounds): {spread(ratios)}")
+    print(f"{feature} on/off ops/s ratio per round ({len(pairs)} rounds): {spread(ratios)}")
     cost = 100 * (1 - statistics.median(ratios))
-    print(f"recording cost, end to end (median of rounds): {cost:+.1f}% (target <= 5%)")
+    print(f"{feature} cost, end to end (median of rounds): {cost:+.1f}% ({comparison.goal})")
     cpu = [a.cpu_us_per_op / b.cpu_us_per_op for a, b in pairs]
-    print(f"on/off controller CPU per op, per round: {spread(cpu)}")
+    print(f"{feature} on/off controller CPU per op, per round: {spread(cpu)}")
     mean_on = statistics.fmean(on)
-    share = 2 * mean_on * recorder_cost_us() * 1e-6
-    print(f"recorder time at {mean_on:.0f} ops/s: {100 * share:.2f}% of one core")
+    if feature == "recording":
+        share = 2 * mean_on * recorder_cost_us() * 1e-6
+        print(f"recorder time at {mean_on:.0f} ops/s: {100 * share:.2f}% of one core")
+    else:
+        ticks = [p.samples.ticks / phase_seconds(p, seconds) for p in phases if p.on and p.samples]
+        print(f"monitor samples per second, per on phase: {spread(ticks)} (every 250 ms: 4)")
+        if alone is not None:
+            s = alone.samples
+            print(
+                f"monitor alone on the idle cluster, {seconds:.0f} s: "
+                f"{1000 * alone.cpu_s_per_s:.1f} controller CPU-ms/s "
+                f"({100 * alone.cpu_s_per_s:.2f}% of one core; {s.ticks}"
+                f" samples, {s.answered} reads answered, {s.errors} errors)"
+            )
+            cpu_on = statistics.fmean(p.cpu_us_per_op for p in phases if p.on)
+            controller = mean_on * cpu_on * 1e-6  # CPU-s per s of a monitor-on phase
+            print(
+                f"  {100 * alone.cpu_s_per_s / controller:.1f}% of the controller's CPU in a"
+                " monitor-on phase"
+            )
+    return 0
 
 
 def main() -> None:
@@ -261,7 +423,15 @@ def main() -> None:
     parser.add_argument("--cluster-seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2, help="docker: on/off pairs (ABBA)")
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument(
+        "--compare",
+        choices=sorted(COMPARISONS),
+        default="recording",
+        help="docker: the feature the phases turn on and off",
+    )
     args = parser.parse_args()
+    if args.compare != "recording" and args.cluster != "docker":
+        parser.error("--compare monitor needs --cluster docker")
     for workload in ("ddl-dml", "index"):
         rate = generator_rate(workload, args.seconds)
         print(f"generator {workload:8s}: {rate:10.0f} ops per CPU-second (target >= 20,000)")
@@ -271,7 +441,8 @@ def main() -> None:
     if args.cluster == "local":
         cluster_comparison(args.cluster_seconds, args.rounds, args.concurrency)
     elif args.cluster == "docker":
-        docker_comparison(args.cluster_seconds, args.rounds, args.concurrency)
+        comparison = COMPARISONS[args.compare]
+        sys.exit(docker_comparison(comparison, args.cluster_seconds, args.rounds, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -142,6 +142,9 @@ class ReplicaState:
             self.applied_index = entry.index
         self.commit_index = max(self.commit_index, self.applied_index)
         self._durable_index = self.log.last_index
+        # What the log held at the restart is replayed when applied, whether the commit marker
+        # survived (applied here) or the leader repeats the commit index first (the apply loop).
+        self.replay_through = self.log.last_index
         log.info(
             "raft %s recovered: term %d, snapshot %d, log up to %d, applied %d",
             self.name,
@@ -206,7 +209,7 @@ class ReplicaState:
                     break
                 entry = self.log.entry(index)
                 try:
-                    result: Any = self.sm.apply(entry, replay=False)
+                    result: Any = self.sm.apply(entry, replay=index <= self.replay_through)
                     failure: SchemaSyncError | None = None
                 except Exception as e:
                     log.exception("raft %s: applying %d failed", self.name, index)

@@ -223,6 +223,7 @@ class LogReplication(ReplicaState):
                 if e.index <= self.commit_index:
                     raise SchemaSyncError(errors.INTERNAL, f"conflict at committed {e.index}")
                 self.log.truncate_from(e.index)
+                self.replay_through = min(self.replay_through, e.index - 1)
                 new = entries[i:]
                 break
         self.log.append(new)

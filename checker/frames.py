@@ -211,11 +211,11 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
 def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     """Derive the frames from validated events (columns of checker.ingest).
 
-    `completions`, `ops` and `off_participants` are persisted (several checks read each, and
-    the ops are the bulk of a history); call `release` when done.
+    `completions`, `ops` and `off_participants` are kept (several checks read each, and the
+    ops are the bulk of a history); call `release` when done.
     """
     client = events.where(F.col("process").rlike(CLIENT_PROCESS))
-    all_completions = _paired(client).persist(StorageLevel.MEMORY_AND_DISK)
+    all_completions = _kept(_paired(client))
     completions = all_completions.where(F.col("paired"))
     unpaired = all_completions.where(~F.col("paired")).select("index", "process", "f")
 
@@ -233,7 +233,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
         "tables",
     )
     txn_events = client.where((F.col("f") == "txn") & F.col("type").isin(*COMPLETION_TYPES))
-    ops = _ops(txn_events, cat).persist(StorageLevel.MEMORY_AND_DISK)
+    ops = _kept(_ops(txn_events, cat))
     # Participants are read whole only around a txn with one off tsv(t, commit_ts): the few
     # that are off are kept, the rest are recomputed if ever needed (keeping all 7.5 million
     # of 10^7 events cost more than placing them).
@@ -241,9 +241,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     off_participants = (
         participants
         if cat.clock_free  # not placed: the checks that read it need a clock
-        else participants.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv"))).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        else _kept(participants.where(~F.col("commit_sv").eqNullSafe(F.col("t_sv"))))
     )
 
     txn_tables = txns.select(
@@ -344,7 +342,18 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     )
 
 
+def _kept(df: DataFrame) -> DataFrame:
+    """`df` computed once, on first use, and read back by every later plan. A local checkpoint
+    rather than a cache: the frame's plan becomes one leaf, so each check built on it is analysed
+    and optimised without its derivation (a cached plan is still matched against the cache's
+    entries), about 10% of a cold analysis. Its blocks live on the executors; losing one fails
+    the analysis where a cache would recompute."""
+    return df.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
+
+
 def release(frames: RunFrames) -> None:
-    """Drop the cached frames of a run."""
+    """Let go of a run's kept frames. A local checkpoint's blocks are freed once its frame is
+    garbage-collected (Spark's ContextCleaner; over Spark Connect the client tells the server);
+    `unpersist` drops any frame that was cached instead."""
     for df in frames.persisted:
         df.unpersist()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
 from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
 from checker.run_facts import with_facts
-from checker.session import build_session
+from checker.session import build_session, is_connect
 from checker.stats import StatsOptions, compute_stats
 
 Check = Callable[[RunFrames, CatalogIndex], DataFrame]
@@ -69,6 +70,12 @@ CHECKS: tuple[CheckSpec, ...] = (
 CLASSES = tuple(c.name for c in CHECKS)
 assert set(CLASSES) <= set(ANOMALY_CLASSES), "a check's name is not an anomaly class"
 MAX_PER_CLASS = 1000
+# Runs of a batch judged at once on a classic session. On local[2], 8 runs of 8,400 events
+# were judged 1.9x faster 2 at a time and 2.1x faster 3 at a time than one at a time.
+BATCH_CONCURRENCY = 3
+# A history this small is judged in one partition (about 30,000 events, the small-input mode),
+# so it leaves cores to the batch's other runs; a larger one is judged alone.
+SMALL_HISTORY_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -127,16 +134,43 @@ def analyze_runs(
     spark: SparkSession | None = None,
     options: AnalyzeOptions = AnalyzeOptions(),
     spark_remote: str | None = None,
+    concurrency: int = BATCH_CONCURRENCY,
 ) -> list[dict[str, Any]]:
     """Analyze each run directory in one Spark application (one JVM start for all of them),
-    writing each one's `results.json`; the results in the order given."""
+    writing each one's `results.json`; the results in the order given.
+
+    On a classic session the runs are judged `concurrency` at a time, each in its own session
+    of the one SparkContext: a small run's plan is built in Python and runs in one partition,
+    so one run at a time leaves a core idle. Its own session keeps each run's SQL settings
+    (the small-input mode) from leaking into another's. A Spark Connect session has no
+    `newSession`, and its runs are judged one after another."""
     owned = spark is None
     session = spark if spark is not None else build_session(spark_master, remote=spark_remote)
     try:
-        return [analyze_run(d, spark=session, options=options) for d in run_dirs]
+        if concurrency <= 1 or is_connect(session):
+            return [analyze_run(d, spark=session, options=options) for d in run_dirs]
+        results: dict[int, dict[str, Any]] = {}
+        small = [i for i, d in enumerate(run_dirs) if _history_bytes(d) <= SMALL_HISTORY_BYTES]
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="analyze") as pool:
+            judged = pool.map(
+                lambda i: analyze_run(run_dirs[i], spark=session.newSession(), options=options),
+                small,
+            )
+            results.update(zip(small, judged, strict=True))
+        for i, d in enumerate(run_dirs):  # a large run keeps both cores busy on its own
+            if i not in results:
+                results[i] = analyze_run(d, spark=session, options=options)
+        return [results[i] for i in range(len(run_dirs))]
     finally:
         if owned:
             session.stop()
+
+
+def _history_bytes(run_dir: Path) -> int:
+    try:
+        return (Path(run_dir) / "history.jsonl").stat().st_size
+    except OSError:
+        return 0  # a broken run directory: judged unknown at once, by the small ones
 
 
 def combined_exit_code(results: Sequence[dict[str, Any]]) -> int:

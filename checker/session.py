@@ -123,6 +123,11 @@ def build_session(
     return spark
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect session (pyspark gives those their own class)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def _spark_children() -> list[int]:
     """Our child processes that are a Spark driver JVM (Linux /proc; none elsewhere): one
     launched but not yet handed to pyspark when Ctrl-C came is known only to the kernel."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from checker.analyze import CLASSES, AnalyzeOptions, analyze_run, exit_code
+from checker.analyze import CLASSES, AnalyzeOptions, analyze_run, analyze_runs, exit_code
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -137,3 +137,29 @@ def test_a_column_of_unknown_type_is_named_and_its_values_are_not_judged(
     assert witnesses(results, "schema-conformance") == [[1], [3], [3]], results["anomalies"]
     key5 = next(a for a in results["anomalies"] if "key 5" in a["explanation"])
     assert "toolong" in key5["explanation"] and "column c1" not in key5["explanation"], key5
+
+
+@pytest.mark.spark
+def test_a_batch_judged_concurrently_gives_each_run_its_own_results(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Runs of one `analyze` are judged three at a time, each in its own session of the one
+    SparkContext: every run's results (and results.json) are what it gets judged alone, in the
+    order given, with classes found in one run never leaking into another."""
+    cases = ["ap-violation", "lost-write", "index-orphan"]
+    alone = [
+        analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=FAST) for c in cases
+    ]
+    runs = [make_run(c, tmp_path / "batch" / c) for c in cases]
+    batch = analyze_runs(runs, spark=spark, options=FAST, concurrency=3)
+
+    def judged(r: dict) -> tuple:
+        return r["valid"], r["anomalies"], r["errors"], r["not_applicable"]
+
+    assert [judged(r) for r in batch] == [judged(r) for r in alone]
+    for case, run, r in zip(cases, runs, batch, strict=True):
+        assert {a["class"] for a in r["anomalies"]} == set(
+            json.loads((HISTORIES / case / "expect.json").read_text())["fires"]
+        )
+        assert json.loads((run / "results.json").read_text())["anomalies"] == r["anomalies"]

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.exit_codes import EXIT_UNKNOWN
 from harness.options import RunOptions
@@ -38,6 +38,9 @@ from sim.cluster import SimCluster, SimWorld
 from sim.loop import SimLoop, run_simulation
 from sim.nemesis import SimNemesis
 from targets.schemasync.client import SchemaSyncClient, client_error
+
+if TYPE_CHECKING:  # pyspark is imported only when a run is analyzed
+    from pyspark.sql import SparkSession
 from workloads import build_generator
 from workloads.final import final_reads, tables_and_indexes
 from workloads.history import HistoryRecorder
@@ -105,12 +108,13 @@ def run_sim(opts: RunOptions, *, analyze: bool | None = None) -> SimOutcome:
     return SimOutcome(run.path, analyze_dir(run.path), stats)
 
 
-def analyze_dir(run_dir: Path) -> int:
-    """The checker's verdict as an exit code (0 valid, 1 anomalies, 2 unknown); and the report."""
+def analyze_dir(run_dir: Path, spark: SparkSession | None = None) -> int:
+    """The checker's verdict as an exit code (0 valid, 1 anomalies, 2 unknown); and the report.
+    On `spark` when given (a sweep keeps one session), else on a session of its own."""
     try:
         from checker.analyze import analyze_run, exit_code  # pyspark: only when analyzing
 
-        results = analyze_run(run_dir)
+        results = analyze_run(run_dir, spark=spark)
         code = int(exit_code(results))
     except Exception as e:
         log.error("analysis failed: %s", e)

@@ -20,11 +20,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.exit_codes import EXIT_BAD_INPUT
 from sim.run import HASH_SEED, analyze_dir, options_from_args, options_to_json
 from workloads.scenario import ScenarioError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 POLL_S = 0.2
 
@@ -83,61 +86,95 @@ def _start(args: argparse.Namespace, seed: int) -> subprocess.Popen[str]:
     return proc
 
 
-def _finish(proc: subprocess.Popen[str], seed: int, began: float) -> SeedResult:
+@dataclass(frozen=True)
+class _Simulated:
+    """A seed whose child process has ended: its run directory, if it made one, and its exit."""
+
+    seed: int
+    began: float
+    run_dir: Path | None
+    exit_code: int
+
+
+def _collect(seed: int, proc: subprocess.Popen[str], began: float) -> _Simulated:
     assert proc.stdout is not None
     out = proc.stdout.read()
     proc.wait()
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        return SeedResult(seed, 2, None, (), time.monotonic() - began)
+        return _Simulated(seed, began, None, 2)
     info = json.loads(lines[-1])
-    run_dir = Path(info["run_dir"])
-    code = int(info["exit_code"])
+    return _Simulated(seed, began, Path(info["run_dir"]), int(info["exit_code"]))
+
+
+def _judge(sim: _Simulated, spark: SparkSession | None) -> SeedResult:
+    code = sim.exit_code
+    if sim.run_dir is None:
+        return SeedResult(sim.seed, code, None, (), time.monotonic() - sim.began)
     if code == 0:
-        code = analyze_dir(run_dir)
+        code = analyze_dir(sim.run_dir, spark)
     anomalies: tuple[str, ...] = ()
-    results = run_dir / "results.json"
+    results = sim.run_dir / "results.json"
     if results.exists():
         data = json.loads(results.read_text())
         anomalies = tuple(sorted({str(a.get("class")) for a in data.get("anomalies", [])}))
-    return SeedResult(seed, code, run_dir, anomalies, time.monotonic() - began)
+    return SeedResult(sim.seed, code, sim.run_dir, anomalies, time.monotonic() - sim.began)
 
 
 def sweep(args: argparse.Namespace) -> list[SeedResult]:
+    """The seeds' results in the order they finished. Finished seeds are judged on one Spark
+    session, after the next seeds have been started: the simulator and the checker overlap."""
     if args.seeds < 1 or args.jobs < 1:
         raise ValueError("--seeds and --jobs must be at least 1")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.monotonic()
     running: dict[int, tuple[subprocess.Popen[str], float]] = {}
     results: list[SeedResult] = []
+    spark: SparkSession | None = None
     stop = False
-    while (seeds or running) and not stop:
-        over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
-        while seeds and len(running) < args.jobs and not over_budget:
-            seed = seeds.pop(0)
-            running[seed] = (_start(args, seed), time.monotonic())
-        if not running:
-            break
-        done = [s for s, (p, _) in running.items() if p.poll() is not None]
-        if not done:
-            time.sleep(POLL_S)
-            continue
-        for seed in sorted(done):
-            proc, began = running.pop(seed)
-            result = _finish(proc, seed, began)
-            results.append(result)
-            verdict = {0: "valid", 1: "ANOMALIES", 2: "unknown"}.get(result.exit_code, "?")
-            print(
-                f"seed {seed}: {verdict} {list(result.anomalies) or ''} "
-                f"({result.wall_s:.1f} s) {result.run_dir or ''}",
-                flush=True,
-            )
-            if result.exit_code == 1 and not args.all:
-                stop = True
-    for proc, _ in running.values():  # only our own children, by their Popen handle
-        proc.kill()
-        proc.wait()
+    try:
+        while (seeds or running) and not stop:
+            over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
+            while seeds and len(running) < args.jobs and not over_budget:
+                seed = seeds.pop(0)
+                running[seed] = (_start(args, seed), time.monotonic())
+            if not running:
+                break
+            done = [s for s, (p, _) in running.items() if p.poll() is not None]
+            if not done:
+                time.sleep(POLL_S)
+                continue
+            simulated = [_collect(seed, *running.pop(seed)) for seed in sorted(done)]
+            over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
+            while seeds and len(running) < args.jobs and not over_budget:
+                seed = seeds.pop(0)
+                running[seed] = (_start(args, seed), time.monotonic())
+            for sim in simulated:
+                if spark is None and sim.exit_code == 0:
+                    spark = _session()
+                result = _judge(sim, spark)
+                results.append(result)
+                verdict = {0: "valid", 1: "ANOMALIES", 2: "unknown"}.get(result.exit_code, "?")
+                print(
+                    f"seed {sim.seed}: {verdict} {list(result.anomalies) or ''} "
+                    f"({result.wall_s:.1f} s) {result.run_dir or ''}",
+                    flush=True,
+                )
+                if result.exit_code == 1 and not args.all:
+                    stop = True
+    finally:
+        for proc, _ in running.values():  # only our own children, by their Popen handle
+            proc.kill()
+            proc.wait()
+        if spark is not None:
+            spark.stop()
     return results
+
+
+def _session() -> SparkSession:
+    from checker.session import build_session  # pyspark: only once a seed is to be judged
+
+    return build_session("local[2]", shuffle_partitions=2)
 
 
 def run_sweep_args(args: argparse.Namespace) -> int:

@@ -151,12 +151,17 @@ def analyze_runs(
             return [analyze_run(d, spark=session, options=options) for d in run_dirs]
         results: dict[int, dict[str, Any]] = {}
         small = [i for i, d in enumerate(run_dirs) if _history_bytes(d) <= SMALL_HISTORY_BYTES]
-        with ThreadPoolExecutor(concurrency, thread_name_prefix="analyze") as pool:
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="analyze")
+        try:
             judged = pool.map(
                 lambda i: analyze_run(run_dirs[i], spark=session.newSession(), options=options),
                 small,
             )
             results.update(zip(small, judged, strict=True))
+        finally:
+            # Ctrl-C: the runs not yet begun are dropped, and the ones under way fail as soon
+            # as the session below is stopped, instead of the batch running to its end
+            pool.shutdown(wait=False, cancel_futures=True)
         for i, d in enumerate(run_dirs):  # a large run keeps both cores busy on its own
             if i not in results:
                 results[i] = analyze_run(d, spark=session, options=options)

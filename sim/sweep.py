@@ -134,10 +134,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
     stop = False
     try:
         while (seeds or running) and not stop:
-            over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
-            while seeds and len(running) < args.jobs and not over_budget:
-                seed = seeds.pop(0)
-                running[seed] = (_start(args, seed), time.monotonic())
+            _fill(args, seeds, running, started)
             if not running:
                 break
             done = [s for s, (p, _) in running.items() if p.poll() is not None]
@@ -145,10 +142,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
                 time.sleep(POLL_S)
                 continue
             simulated = [_collect(seed, *running.pop(seed)) for seed in sorted(done)]
-            over_budget = args.budget_s is not None and time.monotonic() - started > args.budget_s
-            while seeds and len(running) < args.jobs and not over_budget:
-                seed = seeds.pop(0)
-                running[seed] = (_start(args, seed), time.monotonic())
+            _fill(args, seeds, running, started)
             for sim in simulated:
                 if spark is None and sim.exit_code == 0:
                     spark = _session()
@@ -169,6 +163,20 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
         if spark is not None:
             spark.stop()
     return results
+
+
+def _fill(
+    args: argparse.Namespace,
+    seeds: list[int],
+    running: dict[int, tuple[subprocess.Popen[str], float]],
+    started: float,
+) -> None:
+    """Start seeds until `--jobs` run at once, unless the budget is spent."""
+    if args.budget_s is not None and time.monotonic() - started > args.budget_s:
+        return
+    while seeds and len(running) < args.jobs:
+        seed = seeds.pop(0)
+        running[seed] = (_start(args, seed), time.monotonic())
 
 
 def _session() -> SparkSession:

@@ -9,17 +9,21 @@ them; a nemesis event's value is kept as its JSON text alone.
 Our own controller also writes the events typed (`history.columnar.parquet`, see the recorder):
 when that copy is complete (its footer counts every event of history.jsonl, byte for byte) it is
 read instead of the JSON, with the same per-line checks; a torn or partial copy (a killed
-controller) is ignored and the JSONL is parsed as for any foreign history.
+controller) is ignored and the JSONL is parsed as for any foreign history. A small complete copy
+is the cache itself: its events are validated and kept in memory in one job, with no Parquet
+rewrite (a second job, and a tenth of a cold analysis of 7,000 events).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -36,6 +40,10 @@ FORMAT_VERSION = 4
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
+# A complete columnar copy of at most this many events is read in place (kept in memory); a
+# larger one is rewritten once into history.parquet/ like a parsed JSONL, so that its scans
+# read the per-line problem column instead of computing it again each time.
+IN_PLACE_MAX_EVENTS = 200_000
 
 CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
@@ -117,7 +125,7 @@ class Ingested:
     events: DataFrame
     count: int
     truncated_tail: bool
-    parquet: Path
+    source: str  # what was read: history.jsonl, the columnar copy, or the Parquet cache
 
 
 def ingest_history(
@@ -135,7 +143,10 @@ def ingest_history(
     stamp_file = parquet / SOURCE_STAMP
     cached = stamp_file.exists() and _stamp_matches(stamp_file, stamp)
     truncated = False
-    columnar = not cached and columnar_complete(run_dir / COLUMNAR_FILE, stat.st_size)
+    rows = None if cached else columnar_rows(run_dir / COLUMNAR_FILE, stat.st_size)
+    columnar = rows is not None
+    if rows is not None and rows <= IN_PLACE_MAX_EVENTS:
+        return _in_place(spark, run_dir / COLUMNAR_FILE, source)
     if columnar:
         if parquet.exists():
             shutil.rmtree(parquet)
@@ -178,8 +189,22 @@ def ingest_history(
             ),
             "utf-8",
         )
-    events = raw.where(F.col("_problem").isNull()).drop("_problem", "_pid", "_pos")
-    return Ingested(events, count, truncated, parquet)
+    used = PARQUET_DIR if cached else COLUMNAR_FILE if columnar else "history.jsonl"
+    return Ingested(_good(raw), count, truncated, used)
+
+
+def _good(raw: DataFrame) -> DataFrame:
+    """The events of the lines without a problem, without the validation columns."""
+    return raw.where(F.col("_problem").isNull()).drop("_problem", "_pid", "_pos")
+
+
+def _in_place(spark: SparkSession, copy: Path, source: Path) -> Ingested:
+    """A small complete columnar copy, validated and kept in memory in one job."""
+    raw = _read_columnar(spark, copy).localCheckpoint(
+        eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK
+    )
+    count, truncated = _validate_parsed(raw, source, False)
+    return Ingested(_good(raw), count, truncated, COLUMNAR_FILE)
 
 
 def _stamp_matches(stamp_file: Path, stamp: dict[str, int]) -> bool:
@@ -194,16 +219,23 @@ def columnar_complete(path: Path, jsonl_bytes: int) -> bool:
     """Whether the recorder's copy at `path` is whole: a readable footer that counts as many
     events as its rows and names history.jsonl's current size (a killed controller leaves no
     footer; an appended or edited JSONL no longer matches)."""
+    return columnar_rows(path, jsonl_bytes) is not None
+
+
+def columnar_rows(path: Path, jsonl_bytes: int) -> int | None:
+    """The events of the recorder's copy at `path` if it is whole (columnar_complete), else
+    None."""
     if not path.exists():
-        return False
+        return None
     import pyarrow.parquet as pq  # only our own runs have the copy
 
     try:
         meta = pq.ParquetFile(path).metadata
         kv = meta.metadata or {}
-        return int(kv[META_EVENTS]) == meta.num_rows and int(kv[META_JSONL_BYTES]) == jsonl_bytes
+        whole = int(kv[META_EVENTS]) == meta.num_rows and int(kv[META_JSONL_BYTES]) == jsonl_bytes
     except (OSError, KeyError, ValueError):  # pyarrow.ArrowInvalid is a ValueError
-        return False
+        return None
+    return int(meta.num_rows) if whole else None
 
 
 def _position() -> tuple[Column, Column]:
@@ -431,16 +463,10 @@ def _torn_tail(source: Path) -> bool:
 def load_runs(spark: SparkSession, root: Path) -> DataFrame:
     """Every run under `root` as one events dataset with a `run` column (for trends).
 
-    Runs without a Parquet copy are ingested (and validated) first; an invalid run raises.
-    """
+    Each run is ingested (and validated) as `analyze` ingests it: its Parquet cache, its
+    complete columnar copy, or its JSONL parsed once; an invalid run raises ContractError."""
     runs = sorted(p for p in root.iterdir() if (p / "history.jsonl").exists())
-    for run in runs:
-        ingest_history(spark, run)
-    pattern = str(root / "*" / PARQUET_DIR)
-    df = spark.read.parquet(pattern)
-    run_name = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)/" + PARQUET_DIR + "/", 1)
-    return (
-        df.where(F.col("_problem").isNull())
-        .withColumn("run", run_name)
-        .drop("_problem", "_pid", "_pos")
-    )
+    frames = [ingest_history(spark, run).events.withColumn("run", F.lit(run.name)) for run in runs]
+    if not frames:
+        raise ContractError(str(root), None, None, "holds no run directory with a history.jsonl")
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)

@@ -112,7 +112,7 @@ def _judge(sim: _Simulated, spark: SparkSession | None) -> SeedResult:
     if sim.run_dir is None:
         return SeedResult(sim.seed, code, None, (), time.monotonic() - sim.began)
     if code == 0:
-        code = analyze_dir(sim.run_dir, spark)
+        code = analyze_dir(sim.run_dir, spark, report_valid=False)
     anomalies: tuple[str, ...] = ()
     results = sim.run_dir / "results.json"
     if results.exists():

@@ -14,7 +14,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import analyze_run
-from checker.ingest import COLUMNAR_FILE, COLUMNAR_SCHEMA, PARQUET_DIR, columnar_complete
+from checker import ingest
+from checker.ingest import (
+    COLUMNAR_FILE,
+    COLUMNAR_SCHEMA,
+    PARQUET_DIR,
+    columnar_complete,
+    ingest_history,
+)
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from workloads.history import HistoryRecorder, read_history
@@ -64,11 +71,18 @@ def _without_timing(results: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("fault", [None, "lost-write"])
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "rewritten"])
 def test_the_copy_gives_the_verdict_the_jsonl_gives(
     tmp_path: Path,
     spark: SparkSession,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
     fault: str | None,
+    in_place: bool,
 ) -> None:
+    """A small copy is read in place (no Parquet rewrite), a large one rewritten once; either
+    gives the verdict the JSONL gives."""
+    if not in_place:
+        monkeypatch.setattr(ingest, "IN_PLACE_MAX_EVENTS", 10)
     run = _recorded_run(tmp_path, "run", seed=3, events=400, fault=fault)
     assert columnar_complete(run / COLUMNAR_FILE, (run / "history.jsonl").stat().st_size)
     as_json = tmp_path / "as-json"
@@ -77,7 +91,13 @@ def test_the_copy_gives_the_verdict_the_jsonl_gives(
 
     from_copy = analyze_run(run, spark=spark)
     from_json = analyze_run(as_json, spark=spark)
-    assert _source(run) == COLUMNAR_FILE and _source(as_json) == "history.jsonl"
+    if in_place:
+        assert not (run / PARQUET_DIR).exists()
+        assert ingest_history(spark, run).source == COLUMNAR_FILE
+    else:
+        assert _source(run) == COLUMNAR_FILE
+        assert ingest_history(spark, run).source == PARQUET_DIR
+    assert _source(as_json) == "history.jsonl"
     assert from_copy["valid"] is (fault is None)
     assert _without_timing(from_copy) == _without_timing(from_json)
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from checker.analyze import analyze_run
 from checker import ingest
+from checker.analyze import analyze_run
 from checker.ingest import (
     COLUMNAR_FILE,
     COLUMNAR_SCHEMA,

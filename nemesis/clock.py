@@ -10,6 +10,7 @@ the file atomically (write then rename). Offsets are written in seconds with a s
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import shlex
 import time
@@ -168,12 +169,17 @@ def clock_params(
     CSmax every period.
     """
     if mode == "skew":
-        half = max_skew_s / 2
+        # whole milliseconds on each side, so that rounding never takes two nodes past CSmax
+        # (with CSmax 5 ms, +-2.5 ms rounded is +-3 ms: 6 ms apart)
+        half = _whole_ms(max_skew_s / 2)
         return {"mode": mode, "offsets": {n: rounded(rng.uniform(-half, half)) for n in nodes}}
     if mode == "skew-edge":
         ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
-        half = max_skew_s / 2
-        return {"mode": mode, "offsets": {n: rounded(half if n in ahead else -half) for n in nodes}}
+        # exactly CSmax apart when CSmax is whole milliseconds, odd ones too (5 ms: +3 and -2)
+        edge = _whole_ms(max_skew_s)
+        behind = _whole_ms(edge / 2)
+        lead = rounded(edge - behind)
+        return {"mode": mode, "offsets": {n: lead if n in ahead else -behind for n in nodes}}
     if mode == "skew-beyond":
         ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
         gap = rng.uniform(1.5, 3.0) * max_skew_s
@@ -195,6 +201,11 @@ def clock_params(
             "duration_s": rounded(interval_s),
         }
     raise ValueError(f"unknown clock mode {mode!r}")
+
+
+def _whole_ms(seconds: float) -> float:
+    """`seconds` down to a whole millisecond, the resolution offsets are kept to."""
+    return math.floor(seconds * 1000 + 1e-9) / 1000
 
 
 class ClockNemesis:

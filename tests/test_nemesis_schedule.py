@@ -83,6 +83,23 @@ def test_clock_modes_respect_csmax() -> None:
         assert 0.05 <= strobe["period_s"] <= 0.2 and strobe["duration_s"] == 10
 
 
+@pytest.mark.parametrize(
+    ("csmax", "edge"), [(0.5, 0.5), (0.002, 0.002), (0.005, 0.005), (0.001, 0.001), (0.0015, 0.001)]
+)
+def test_within_csmax_modes_stay_within_an_odd_or_fractional_csmax(
+    csmax: float, edge: float
+) -> None:
+    """Offsets are kept to the millisecond: skew never rounds two nodes past CSmax, and
+    skew-edge puts its groups exactly CSmax apart (CSmax down to the millisecond)."""
+    rng = random.Random(5)
+    for _ in range(300):
+        skew = clock_params("skew", rng, NODES, csmax, 10)["offsets"]
+        assert max(skew.values()) - min(skew.values()) <= csmax + 1e-9
+        at_edge = clock_params("skew-edge", rng, NODES, csmax, 10)["offsets"]
+        assert len(set(at_edge.values())) == 2
+        assert max(at_edge.values()) - min(at_edge.values()) == pytest.approx(edge, abs=1e-9)
+
+
 def _sees(g: dict[str, list[str]], a: str, b: str) -> bool:
     return b not in g[a] and a not in g[b]
 

@@ -123,6 +123,26 @@ def build_session(
     return spark
 
 
+def discard_session(spark: SparkSession) -> None:
+    """Stop `spark`, and if its JVM no longer answers (killed, or exited because a local
+    executor lost its heartbeats), forget its gateway too, so that the next build_session
+    launches a new JVM instead of calling the dead one."""
+    with contextlib.suppress(Exception):
+        spark.stop()
+    if is_connect(spark):
+        return
+    from pyspark import SparkContext
+
+    try:
+        jvm = SparkContext._jvm
+        if jvm is not None:
+            jvm.java.lang.System.currentTimeMillis()
+            return
+    except Exception:  # py4j: nothing listens on the gateway's port
+        pass
+    _kill_partial_jvm()
+
+
 def is_connect(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect session (pyspark gives those their own class)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

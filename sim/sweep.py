@@ -144,9 +144,15 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
             simulated = [_collect(seed, *running.pop(seed)) for seed in sorted(done)]
             _fill(args, seeds, running, started)
             for sim in simulated:
-                if spark is None and sim.exit_code == 0:
-                    spark = _session()
+                if sim.exit_code == 0 and not _alive(spark):
+                    spark = _session(spark)
                 result = _judge(sim, spark)
+                if result.exit_code == 2 and sim.exit_code == 0 and not _alive(spark):
+                    # the session died under this seed's judgment (a local executor lost its
+                    # heartbeats after the sweep was suspended, or ran out of memory): every later
+                    # seed would be unknown too, so judge it again on a new one
+                    spark = _session(spark)
+                    result = _judge(sim, spark)
                 results.append(result)
                 verdict = {0: "valid", 1: "ANOMALIES", 2: "unknown"}.get(result.exit_code, "?")
                 print(
@@ -179,10 +185,23 @@ def _fill(
         running[seed] = (_start(args, seed), time.monotonic())
 
 
-def _session() -> SparkSession:
-    from checker.session import build_session  # pyspark: only once a seed is to be judged
+def _session(dead: SparkSession | None = None) -> SparkSession:
+    """A new session for the sweep, once the old one (if any) is stopped."""
+    from checker.session import build_session, discard_session  # pyspark: only when judging
 
+    if dead is not None:
+        discard_session(dead)
     return build_session("local[2]", shuffle_partitions=2)
+
+
+def _alive(spark: SparkSession | None) -> bool:
+    """Whether `spark` can still run a job (its SparkContext is not stopped, its JVM answers)."""
+    if spark is None:
+        return False
+    try:
+        return not spark.sparkContext._jsc.sc().isStopped()
+    except Exception:  # py4j: the gateway's JVM is gone
+        return False
 
 
 def run_sweep_args(args: argparse.Namespace) -> int:

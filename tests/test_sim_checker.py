@@ -5,6 +5,8 @@ prints the command that repeats it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,35 @@ def test_sweep_stops_at_the_first_failing_seed(
     assert "first failing seed: " in out
     assert "repro: .venv/bin/python -m sim.run --scenario" in out
     assert "with anomalies" in out
+
+
+# Run in a child process: it kills its own Spark JVM, which the shared session of this one is not.
+_SESSION_DIES = """
+import os, signal
+from checker.session import _spark_children
+from sim.sweep import _alive, _session
+first = _session()
+assert _alive(first) and first.range(3).count() == 3
+for pid in _spark_children():
+    os.kill(pid, signal.SIGKILL)
+assert not _alive(first)
+second = _session(first)
+assert _alive(second) and second.range(5).count() == 5
+second.stop()
+print("recovered")
+"""
+
+
+def test_a_sweep_gets_a_new_session_when_its_jvm_dies() -> None:
+    """A long sweep outlives its Spark JVM (killed here; in practice a local executor that lost
+    its heartbeats after the sweep was suspended exits the JVM): the dead session is seen and
+    replaced, instead of every later seed being judged unknown."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SESSION_DIES],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0 and "recovered" in proc.stdout, proc.stderr[-3000:]

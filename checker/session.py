@@ -129,18 +129,22 @@ def discard_session(spark: SparkSession) -> None:
     launches a new JVM instead of calling the dead one."""
     with contextlib.suppress(Exception):
         spark.stop()
-    if is_connect(spark):
-        return
+    if not is_connect(spark) and not _jvm_answers():
+        _kill_partial_jvm()
+
+
+def _jvm_answers() -> bool:
+    """Whether the gateway's JVM answers a call."""
     from pyspark import SparkContext
 
+    jvm = SparkContext._jvm
+    if jvm is None:
+        return False
     try:
-        jvm = SparkContext._jvm
-        if jvm is not None:
-            jvm.java.lang.System.currentTimeMillis()
-            return
+        jvm.java.lang.System.currentTimeMillis()
     except Exception:  # py4j: nothing listens on the gateway's port
-        pass
-    _kill_partial_jvm()
+        return False
+    return True
 
 
 def is_connect(spark: SparkSession) -> bool:

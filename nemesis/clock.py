@@ -179,7 +179,8 @@ def clock_params(
         edge = _whole_ms(max_skew_s)
         behind = _whole_ms(edge / 2)
         lead = rounded(edge - behind)
-        return {"mode": mode, "offsets": {n: lead if n in ahead else -behind for n in nodes}}
+        back = -behind or 0.0  # no -0.0 in the schedule (CSmax 1 ms: +1 and 0)
+        return {"mode": mode, "offsets": {n: lead if n in ahead else back for n in nodes}}
     if mode == "skew-beyond":
         ahead = set(rng.sample(list(nodes), max(1, len(nodes) // 2)))
         gap = rng.uniform(1.5, 3.0) * max_skew_s

@@ -109,9 +109,7 @@ async def cluster_rate(
 
     gen = build_generator("ddl-dml", seed, concurrency, {"dml_interval_s": 0.0, "nodes": 5})
     try:
-        stats = await run_clients(
-            gen, open_client, cluster.names, recorder, seconds, concurrency, seed
-        )
+        stats = await run_clients(gen, open_client, cluster.names, recorder, seconds, concurrency)
     finally:
         recorder.close()
     return float(stats["ops_per_s"])
@@ -244,7 +242,7 @@ async def docker_phase(
     gen = build_generator("ddl-dml", 1, concurrency, {"dml_interval_s": 0.0, "nodes": len(nodes)})
 
     def clients() -> Awaitable[dict]:
-        return run_clients(gen, target.client, nodes, recorder, seconds, concurrency, 1)
+        return run_clients(gen, target.client, nodes, recorder, seconds, concurrency)
 
     cpu_start = time.process_time()
     try:

@@ -517,7 +517,6 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
                 recorder,
                 opts.time_limit_s,
                 opts.concurrency,
-                opts.seed,
                 on_progress,
             )
             if isinstance(summary, dict):

@@ -209,7 +209,7 @@ async def exercise(target: PostgresTarget, cluster: Any, run_dir: Path) -> dict[
         async with asyncio.TaskGroup() as tg:
             tg.create_task(lag_standby(target, recorder, "n2"))
             summary = await run_clients(
-                generator, target.client, cluster.nodes, recorder, TIME_LIMIT_S, CONCURRENCY, SEED
+                generator, target.client, cluster.nodes, recorder, TIME_LIMIT_S, CONCURRENCY
             )
         for standby in target.standbys:
             recorder.nemesis("heal-all", await asyncio.to_thread(target.unlag, standby))

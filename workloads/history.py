@@ -3,7 +3,8 @@
 The history is the single interface between running and checking (shared/spec/history.md), so
 the recorder is the one writer of `history.jsonl`: it assigns `index` and `time`, writes every
 event at once with one write(2) (a SIGKILLed controller leaves a readable prefix), and a
-background thread fsyncs it at most every ~100 ms.
+background thread fsyncs it at most every ~100 ms (a simulation, whose run its seed replays
+exactly, fsyncs only at close: on this kind of disk an append waits for an fsync in progress).
 Beside it the same thread writes a columnar copy (`history.columnar.parquet`, row groups as the
 events come), so the checker of our own runs never parses JSON; the copy is complete only after
 close() writes its footer (with the event count and the JSONL's size), and it is dropped, never
@@ -109,6 +110,7 @@ class HistoryRecorder:
         start_monotonic_ns: int | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         columnar: bool = True,
+        fsync_while_running: bool = True,
     ) -> None:
         self.path = Path(path)
         # `clock_ns` is the monotonic clock of event times: a simulation passes its virtual one
@@ -125,6 +127,7 @@ class HistoryRecorder:
         self._pending: list[dict[str, Any]] = []
         self._index = 0
         self._dirty = False
+        self._fsync_while_running = fsync_while_running
         self._stop_sync = threading.Event()
         self._syncer = threading.Thread(target=self._sync_loop, name="history-fsync", daemon=True)
         self._syncer.start()
@@ -258,7 +261,7 @@ class HistoryRecorder:
         """fsync at most every FSYNC_INTERVAL_NS, off the writers' path: a slow disk must not
         stall the event loop that records client ops."""
         while not self._stop_sync.wait(FSYNC_INTERVAL_NS / 1e9):
-            if self._dirty:
+            if self._dirty and self._fsync_while_running:
                 self._dirty = False
                 try:
                     os.fsync(self._fd)

@@ -6,20 +6,20 @@ records exactly one completion: `ok`, `fail` (the node refused: certainly no eff
 (timeout, lost connection, anything unknown). After an `info` the worker continues as a fresh
 process `p + concurrency` with a fresh client, so no process ever invokes after `info`. Workers
 are spread over the nodes; an op with a `node_hint` (a probe) goes to that node instead.
-A worker with nothing to do sleeps until the next completion (which can give the generator new
-work at once: the probes right after a DDL ack) or a few milliseconds, whichever comes first.
+A worker with nothing to do waits until the generator has an op for it: the runner asks on its
+behalf after every completion (which can give the generator new work at once: the probes right
+after a DDL ack) and every few milliseconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from harness.target import ClientError, TargetClient
-from workloads.generator import DONE, Generator, Op
+from workloads.generator import DONE, Generator, NextOp, Op
 from workloads.history import HistoryRecorder
 
 log = logging.getLogger(__name__)
@@ -79,37 +79,70 @@ class RunStats:
         }
 
 
-class _Wakeup:
-    """Wakes the idle workers when an op completes: a completion fed back to the generator is
-    what gives it new work at once (read-your-DDL probes must follow their ack by far less
-    than an idle sleep)."""
+class _IdleWorkers:
+    """Workers with nothing to do, asked on their behalf for work: every IDLE_SLEEP_S, and at
+    once after a completion (which can give the generator new work: the probes right after a
+    DDL ack). Asking the generator is a function call; waking a worker is a task switch, so
+    only a worker that has an op (or must stop) is woken: idle workers polling on their own
+    cost a wakeup each per poll, most of a simulated run's events."""
 
-    def __init__(self) -> None:
-        self._idle: list[asyncio.Future[None]] = []  # in the order the workers went idle
+    def __init__(
+        self, generator: Generator, start: float, deadline: float, stopping: asyncio.Event
+    ) -> None:
+        self._generator = generator
+        self._start = start
+        self._deadline = deadline
+        self._stopping = stopping
+        self._waiting: dict[int, asyncio.Future[NextOp]] = {}  # process -> its wakeup, FIFO
+        self._timer: asyncio.TimerHandle | None = None
 
-    def notify(self) -> None:
-        idle, self._idle = self._idle, []  # the next idle worker waits for the next completion
-        for waiter in idle:
-            _wake(waiter)
-
-    async def idle(self, timeout_s: float) -> None:
-        # A bare future and timer, not asyncio.timeout around an Event: the same wakeups, in
-        # the same order, without a cancellation and two exceptions for every idle poll.
+    async def wait(self, process: int) -> NextOp:
+        """The op, or DONE, handed to ``process``; None: look again (time is up, or stop)."""
         loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        self._idle.append(waiter)
-        timer = loop.call_at(loop.time() + timeout_s, _wake, waiter)
+        waiter: asyncio.Future[NextOp] = loop.create_future()
+        self._waiting[process] = waiter
+        if self._timer is None:
+            self._timer = loop.call_at(loop.time() + IDLE_SLEEP_S, self._tick)
         try:
-            await waiter
+            return await waiter
         finally:
-            timer.cancel()
-            if waiter in self._idle:
-                self._idle.remove(waiter)
+            if self._waiting.get(process) is waiter:
+                del self._waiting[process]
+
+    def poll(self) -> None:
+        """Hand each waiting worker, longest waiting first, the op the generator has for it."""
+        if not self._waiting:
+            return
+        now = _now()
+        if self._stopping.is_set() or now >= self._deadline:
+            woken, self._waiting = self._waiting, {}
+            for waiter in woken.values():
+                _resolve(waiter, None)
+            return
+        for process, waiter in list(self._waiting.items()):
+            if waiter.done():
+                continue
+            op = self._generator.next_op(process, now - self._start)
+            if op is not None:
+                del self._waiting[process]
+                _resolve(waiter, op)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.poll()
+        if self._waiting:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(loop.time() + IDLE_SLEEP_S, self._tick)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def _resolve(waiter: asyncio.Future[NextOp], op: NextOp) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(op)
 
 
 class _Worker:
@@ -134,7 +167,6 @@ async def run_clients(
     recorder: HistoryRecorder,
     time_limit_s: float,
     concurrency: int,
-    seed: int,
     progress: Callable[[dict], None] | None = None,
     *,
     op_timeouts_s: Mapping[str, float] | None = None,
@@ -148,11 +180,10 @@ async def run_clients(
         raise ValueError("concurrency must be >= 1")
     timeouts = {**DEFAULT_OP_TIMEOUTS_S, **(op_timeouts_s or {})}
     stats = RunStats()
-    rng = random.Random(f"{seed}:runner")
     start = _now()
     deadline = start + time_limit_s
     stopping = stop if stop is not None else asyncio.Event()
-    wakeup = _Wakeup()
+    idle = _IdleWorkers(generator, start, deadline, stopping)
     last_progress = [0.0]
 
     def report() -> None:
@@ -164,29 +195,32 @@ async def run_clients(
             progress({"phase": "clients", "elapsed_s": now - start, **stats.totals()})
 
     async def work(worker: _Worker) -> None:
-        jitter = random.Random(rng.random())
         try:
             while not stopping.is_set() and (now := _now()) < deadline:
                 op = generator.next_op(worker.process, now - start)
+                if op is None:
+                    op = await idle.wait(worker.process)
+                    if op is None:
+                        continue
                 if op == DONE:
                     return
-                if op is None:
-                    await wakeup.idle(IDLE_SLEEP_S * (1.0 + jitter.random()))
-                    continue
                 assert isinstance(op, Op)
                 if op.process != worker.process:
                     raise RuntimeError(f"generator gave process {op.process} to {worker.process}")
                 await _perform(worker, op, open_client, recorder, generator, timeouts, stats)
-                wakeup.notify()
+                idle.poll()
                 report()
                 await asyncio.sleep(0)  # a client that answers at once must not starve the rest
         finally:
             await _close_all(worker)
 
     workers = [_Worker(i, concurrency, i % len(nodes), nodes) for i in range(concurrency)]
-    async with asyncio.TaskGroup() as tg:
-        for w in workers:
-            tg.create_task(work(w), name=f"worker-{w.process}")
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for w in workers:
+                tg.create_task(work(w), name=f"worker-{w.process}")
+    finally:
+        idle.close()
     summary = stats.summary(_now() - start)
     if progress is not None:
         progress({"phase": "clients-done", **summary})

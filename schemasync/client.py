@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from schemasync import errors
+from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
 from schemasync.transport import TCP, Transport
 from schemasync.wire import FrameError, RpcConnection
@@ -58,7 +59,7 @@ class Client:
         for address in self.addresses:
             host, port = _split(address)
             try:
-                async with asyncio.timeout(self.timeout):
+                async with within(self.timeout):
                     conn = await RpcConnection.open(host, port, None, self.transport)
                     reply = await conn.call("admin.status", {}, 0)
             except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
@@ -94,7 +95,7 @@ class Client:
         async with self._lock:
             conn = await self._ensure_connected()
             try:
-                async with asyncio.timeout(limit):
+                async with within(limit):
                     reply = await conn.call(type, body, 0)
             except TimeoutError:
                 self._drop_connection()

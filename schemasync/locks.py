@@ -12,6 +12,8 @@ import enum
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from schemasync.deadline import within
+
 
 class LockMode(enum.Enum):
     SHARED = "S"
@@ -87,7 +89,7 @@ class LockTable:
             self.waits += 1
             lock.released.clear()
             try:
-                async with asyncio.timeout(remaining):
+                async with within(remaining):
                     await lock.released.wait()
             except TimeoutError:
                 pass

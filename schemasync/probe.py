@@ -5,11 +5,11 @@ It waits for metadata completeness first, exactly as every real use of a schema 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from schemasync import errors
 from schemasync.catalog import Catalog
+from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
 from schemasync.hlc import HybridClock
 from schemasync.schema_sync import SchemaSync
@@ -37,7 +37,7 @@ async def handle_probe(
         raise errors.invalid_request("probe: ts must be a non-negative HLC integer or null")
     at = clock.now() if ts is None else ts
     try:
-        async with asyncio.timeout(timeout_s):
+        async with within(timeout_s):
             cat = await schema_sync.active_catalog(at)
     except TimeoutError:
         raise SchemaSyncError(

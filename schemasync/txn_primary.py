@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from schemasync import errors
 from schemasync.catalog import Catalog, CatalogHistory, Index, Table
 from schemasync.compat import first_incompatible
+from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
 from schemasync.index_states import maintained, readable
 from schemasync.locks import LockConflict, LockMode, LockOwner, LockTable
@@ -58,7 +59,7 @@ def fail(code: str, message: str, retriable: bool | None = None, **data: Any) ->
 async def completed_catalog(ctx: NodeContext, ts: int, what: str) -> Catalog:
     """The catalog active at ts after the completeness wait; UNAVAILABLE if it takes too long."""
     try:
-        async with asyncio.timeout(SCHEMA_WAIT_S):
+        async with within(SCHEMA_WAIT_S):
             return await ctx.schema_sync.active_catalog(ts)
     except TimeoutError:
         raise fail(
@@ -321,7 +322,7 @@ class TxnPrimary:
 
     async def _wait_prepared(self, store: PartitionStore, ts: int) -> None:
         try:
-            async with asyncio.timeout(PREPARED_WAIT_S):
+            async with within(PREPARED_WAIT_S):
                 await store.wait_prepared_below(ts)
         except TimeoutError:
             raise fail(

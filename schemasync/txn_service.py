@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemasync import errors
 from schemasync.catalog import AVAILABLE, BUILDING, Catalog
+from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
 from schemasync.index_states import may_advance, pending_steps, state_activation_ts
 from schemasync.storage import Storage
@@ -72,7 +73,7 @@ class TxnService:
         if node != self.ctx.name:
             return await self.ctx.peers.call(node, req_type, body, timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with within(timeout):
                 return await self.peer_handlers[req_type](body)
         except TimeoutError:
             raise fail(

@@ -18,10 +18,12 @@ from typing import Any
 import msgpack
 
 from schemasync import errors
+from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
 from schemasync.transport import TCP, Transport
 
 MAX_FRAME = 16 * 1024 * 1024
+_PRUNE_IN_FLIGHT = 64  # finished answers a connection's set holds before they are dropped
 _LEN = struct.Struct(">I")
 
 log = logging.getLogger(__name__)
@@ -116,24 +118,45 @@ async def serve_connection(
             except (ConnectionError, OSError) as e:
                 log.info("%s port: reply to %s not sent: %s", port_name, peer, e)
 
+    # The requests in flight, as a set rather than a TaskGroup: a TaskGroup schedules a
+    # callback as each of its tasks ends, one more event loop step for every request served
+    # (answer() catches everything, so there is no failure for a group to propagate).
+    in_flight: set[asyncio.Task[None]] = set()
     try:
-        async with asyncio.TaskGroup() as tg:
-            while True:
-                try:
-                    msg = await read_frame(reader)
-                except FrameError as e:
-                    log.warning("%s port: malformed frame from %s: %s; closing", port_name, peer, e)
-                    return
-                except (ConnectionError, OSError) as e:
-                    log.info("%s port: connection from %s lost: %s", port_name, peer, e)
-                    return
-                if msg is None:
-                    return
-                tg.create_task(answer(msg))
+        while True:
+            try:
+                msg = await read_frame(reader)
+            except FrameError as e:
+                log.warning("%s port: malformed frame from %s: %s; closing", port_name, peer, e)
+                return
+            except (ConnectionError, OSError) as e:
+                log.info("%s port: connection from %s lost: %s", port_name, peer, e)
+                return
+            if msg is None:
+                return
+            if len(in_flight) >= _PRUNE_IN_FLIGHT:
+                in_flight = {t for t in in_flight if not t.done()}
+            in_flight.add(asyncio.create_task(answer(msg)))
     finally:
+        await _finish(in_flight)
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
+
+
+async def _finish(tasks: set[asyncio.Task[None]]) -> None:
+    """Let the requests in flight answer before the connection closes; if the server itself
+    is cancelled meanwhile, cancel them and wait for them to end."""
+    live = [t for t in tasks if not t.done()]
+    if not live:
+        return
+    try:
+        await asyncio.wait(live)
+    except asyncio.CancelledError:
+        for t in live:
+            t.cancel()
+        await asyncio.wait(live)
+        raise
 
 
 class RpcConnection:
@@ -201,7 +224,7 @@ class RpcPool:
                 conn.close()
                 conn = None
         try:
-            async with asyncio.timeout(timeout):
+            async with within(timeout):
                 if conn is None:
                     conn = await RpcConnection.open(
                         self.host, self.port, self.source, self.transport

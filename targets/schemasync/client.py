@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from harness.target import ClientError
 from schemasync.client import SchemaSyncError
+from schemasync.deadline import within
 from schemasync.txn_client import run_txn
 
 log = logging.getLogger("schemachaos.target")
@@ -58,7 +59,7 @@ class SchemaSyncClient:
 
     async def _call(self, fn: Callable[[], Awaitable[T]], indefinite: frozenset[str]) -> T:
         try:
-            async with asyncio.timeout(self._timeout):
+            async with within(self._timeout):
                 return await fn()
         except asyncio.CancelledError:
             raise

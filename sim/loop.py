@@ -46,6 +46,51 @@ class _NoSelector(selectors.SelectSelector):
         raise RuntimeError("SimLoop has no I/O to wait for: nothing may poll its selector")
 
 
+class _Handle(asyncio.Handle):
+    """asyncio.Handle set up without asking the loop for debug mode (SimLoop never is)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context | None,
+    ) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    """asyncio.TimerHandle set up the same way; scheduled from the start."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context | None,
+    ) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = True
+
+
 class SimLoop(asyncio.SelectorEventLoop):
     """The one event loop of a simulation; ``time()`` starts at 0 virtual seconds."""
 
@@ -145,7 +190,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         fn, fn_args = self._runs_as(callback, args, context)
-        handle = asyncio.Handle(fn, fn_args, self, context)
+        handle = _Handle(fn, fn_args, self, context)
         self._ready.append(handle)
         return handle
 
@@ -157,9 +202,8 @@ class SimLoop(asyncio.SelectorEventLoop):
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         fn, fn_args = self._runs_as(callback, args, context)
-        timer: Any = asyncio.TimerHandle(when, fn, fn_args, self, context)
+        timer = _TimerHandle(when, fn, fn_args, self, context)
         heapq.heappush(self._timers, (when, timer))
-        timer._scheduled = True
         return timer
 
     def _run_once(self) -> None:

@@ -46,6 +46,24 @@ class _NoSelector(selectors.SelectSelector):
         raise RuntimeError("SimLoop has no I/O to wait for: nothing may poll its selector")
 
 
+def _set_up(
+    handle: asyncio.Handle,
+    callback: Callable[..., object],
+    args: tuple[Any, ...],
+    loop: asyncio.AbstractEventLoop,
+    context: contextvars.Context | None,
+) -> None:
+    """What asyncio.Handle.__init__ sets, minus its debug-mode lookup."""
+    h: Any = handle
+    h._context = context if context is not None else contextvars.copy_context()
+    h._loop = loop
+    h._callback = callback
+    h._args = args
+    h._cancelled = False
+    h._repr = None
+    h._source_traceback = None
+
+
 class _Handle(asyncio.Handle):
     """asyncio.Handle set up without asking the loop for debug mode (SimLoop never is)."""
 
@@ -58,13 +76,7 @@ class _Handle(asyncio.Handle):
         loop: asyncio.AbstractEventLoop,
         context: contextvars.Context | None,
     ) -> None:
-        self._context = context if context is not None else contextvars.copy_context()
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _set_up(self, callback, args, loop, context)
 
 
 class _TimerHandle(asyncio.TimerHandle):
@@ -80,13 +92,7 @@ class _TimerHandle(asyncio.TimerHandle):
         loop: asyncio.AbstractEventLoop,
         context: contextvars.Context | None,
     ) -> None:
-        self._context = context if context is not None else contextvars.copy_context()
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _set_up(self, callback, args, loop, context)
         self._when = when
         self._scheduled = True
 

@@ -163,3 +163,27 @@ def test_a_batch_judged_concurrently_gives_each_run_its_own_results(
             json.loads((HISTORIES / case / "expect.json").read_text())["fires"]
         )
         assert json.loads((run / "results.json").read_text())["anomalies"] == r["anomalies"]
+
+
+@pytest.mark.spark
+def test_the_checks_split_over_unions_give_what_one_union_gives(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checks split over several unions collected at once, beside the statistics
+    (analyze._judge), give exactly the results of one union: the same anomalies in the same
+    order, the same counts per class, the same statistics. The case fires two classes that
+    fall in different unions when there are two."""
+    import checker.analyze as analyze
+
+    run = make_run("mixed-schema-commit", tmp_path / "run")
+    seen = []
+    for unions in (1, 2, 3):
+        monkeypatch.setattr(analyze, "CHECK_UNIONS", unions)
+        results = analyze_run(run, spark=spark)
+        results["stats"].pop("analysis_s")
+        seen.append(results)
+    assert {a["class"] for a in seen[0]["anomalies"]} == {"ap-violation", "mixed-schema-commit"}
+    assert seen[0]["stats"]["latency"], "the statistics were not computed"
+    assert seen[1] == seen[0] and seen[2] == seen[0]

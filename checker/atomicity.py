@@ -12,21 +12,33 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, no_anomalies, sentence, ts, txt
+from checker.explain import (
+    Sql,
+    Text,
+    anomalies,
+    as_column,
+    case,
+    no_anomalies,
+    ref,
+    sentence,
+    ts,
+    txt,
+)
 from checker.frames import RunFrames, bounded_broadcast
 
 
-def _verb() -> F.Column:
-    return F.expr(
+def _verb() -> Sql:
+    return Sql(
         "case op when 'r' then 'read' when 'w' then 'wrote' when 'd' then 'deleted' "
         "when 'ix' then 'looked up through an index of' else op end"
     )
 
 
-def _truth(sv: str, since: str) -> F.Column:
+def _truth(sv: str, since: str) -> Text:
     """'version 6 was active from 1893:0' or 'the table did not exist then'."""
-    return F.when(F.col(sv).isNull(), F.lit("the table did not exist at that timestamp")).otherwise(
-        sentence("version ", txt(sv), " was active from ", ts(since))
+    return case(
+        (f"{ref(sv).text} is null", "the table did not exist at that timestamp"),
+        otherwise=sentence("version ", txt(sv), " was active from ", ts(since)),
     )
 
 
@@ -44,16 +56,22 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ts("ts"),
         " answered catalog version ",
         txt("catalog_version"),
-        F.when(
-            F.col("table").isNotNull(),
-            sentence(" with ", F.col("table"), " at schema version ", txt("table_sv")),
-        ).otherwise(F.lit("")),
+        case(
+            (
+                "`table` is not null",
+                sentence(" with ", ref("table"), " at schema version ", txt("table_sv")),
+            ),
+            otherwise="",
+        ),
         ", but catalog version ",
         txt("cv"),
-        F.when(
-            F.col("table").isNotNull(),
-            sentence(" (", F.col("table"), " at schema version ", txt("t_sv"), ")"),
-        ).otherwise(F.lit("")),
+        case(
+            (
+                "`table` is not null",
+                sentence(" (", ref("table"), " at schema version ", txt("t_sv"), ")"),
+            ),
+            otherwise="",
+        ),
         " was active from ",
         ts("cv_activation"),
     )
@@ -68,7 +86,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " ",
         _verb(),
         " ",
-        F.col("table"),
+        ref("table"),
         " key ",
         txt("key"),
         " on ",
@@ -91,7 +109,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ") of txn ",
         txt("txn_id"),
         " validated ",
-        F.col("table"),
+        ref("table"),
         " at commit ",
         ts("commit_ts"),
         " against schema version ",
@@ -135,11 +153,11 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " committed at ",
         ts("commit_ts"),
         " with participants ",
-        F.array_join("p_nodes", ", "),
+        Sql("array_join(`p_nodes`, ', ')"),
         " reporting schema versions [",
-        F.array_join(F.transform("versions", lambda x: x.cast("string")), ", "),
+        Sql("array_join(transform(`versions`, x -> cast(x as string)), ', ')"),
         "] of ",
-        F.col("table"),
+        ref("table"),
         ", but ",
         _truth("t_sv", "t_since"),
     )
@@ -147,7 +165,7 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.lit("mixed-schema-commit").alias("class"),
         F.array(F.col("index").cast("bigint")).alias("events"),
         F.col("p_nodes").alias("nodes"),
-        text.alias("explanation"),
+        as_column(text).alias("explanation"),
     )
 
 
@@ -161,7 +179,7 @@ def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " ",
         _verb(),
         " ",
-        F.col("table"),
+        ref("table"),
         " key ",
         txt("key"),
         " on ",
@@ -169,7 +187,7 @@ def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " at ",
         ts("op_ts"),
         " and the op succeeded, although the txn's initial schema version of ",
-        F.col("table"),
+        ref("table"),
         " was ",
         txt("txn_sv"),
         " and ",

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from checker.explain import ref
 from checker.forward_compat import first_incompatible
 from checker.local_frames import local_frame
 from checker.sql_types import column_type
@@ -92,34 +93,33 @@ class IntervalLookup:
     def _bucket_py(self, x: int) -> int:
         return min(max((x - self.base) // self.width, 0), self.nb - 1)
 
-    def bucket(self, name: str) -> Column:
-        raw = F.expr(f"(`{name}` - {self.base}L) div {self.width}L")
-        return F.least(F.greatest(raw, F.lit(0).cast("long")), F.lit(self.nb - 1).cast("long"))
+    def _bucket_sql(self, name: str) -> str:
+        raw = f"({ref(name).text} - {self.base}L) div {self.width}L"
+        return f"least(greatest({raw}, 0L), {self.nb - 1}L)"
 
     def join(
         self, df: DataFrame, x: str, how: str = "left", key: str | Column | None = None
     ) -> DataFrame:
         """`df` with the payload of every interval containing column `x` (and, for a keyed
         lookup, whose key equals `key`); null payload if none."""
+        # SQL text, not Column objects: each function, alias and comparison built in Python
+        # is a py4j round trip, and the checks make dozens of these joins
         n = next(_join_ids)
         x_, b_, lo_, hi_, k_ = f"_x{n}", f"_b{n}", f"_lo{n}", f"_hi{n}", f"_k{n}"
-        left = df.withColumn(x_, F.col(x)).withColumn(b_ + "l", self.bucket(x_))
-        right = self.frame.select(
-            F.col("_k").alias(k_),
-            F.col("_b").alias(b_),
-            F.col("_lo").alias(lo_),
-            F.col("_hi").alias(hi_),
-            *(F.col(p).alias(p) for p in self.payload_names),
-        )
-        cond = (F.col(b_ + "l") == F.col(b_)) & (F.col(x_) >= F.col(lo_)) & (F.col(x_) < F.col(hi_))
+        left = df.selectExpr("*", f"{ref(x).text} as {x_}", f"{self._bucket_sql(x)} as {b_}l")
+        right_cols = [f"_b as {b_}", f"_lo as {lo_}", f"_hi as {hi_}", *self.payload_names]
+        cond = f"{b_}l = {b_} and {x_} >= {lo_} and {x_} < {hi_}"
         if self.keyed:
             if key is None:
                 raise ValueError("a keyed lookup needs its key column")
-            left = left.withColumn(k_ + "l", F.col(key) if isinstance(key, str) else key)
-            cond = (F.col(k_ + "l") == F.col(k_)) & cond
-        else:
-            right = right.drop(k_)
-        joined = left.join(F.broadcast(right), cond, how)
+            if isinstance(key, str):
+                left = left.selectExpr("*", f"{ref(key).text} as {k_}l")
+            else:
+                left = left.withColumn(k_ + "l", key)
+            right_cols.append(f"_k as {k_}")
+            cond = f"{k_}l = {k_} and {cond}"
+        right = self.frame.selectExpr(*right_cols)
+        joined = left.join(F.broadcast(right), F.expr(cond), how)
         return joined.drop(x_, b_ + "l", b_, lo_, hi_, k_, k_ + "l")
 
 
@@ -264,15 +264,15 @@ class CatalogIndex:
 
     def with_table(self, df: DataFrame, version_col: str, table_col: str, prefix: str) -> DataFrame:
         """`df` plus `prefix`_id, `prefix`_sv, `prefix`_since of the table in that version."""
-        t = self.tables.select(
-            F.col("catalog_version").alias("_tv"),
-            F.col("table").alias("_tn"),
-            F.col("table_id").alias(prefix + "_id"),
-            F.col("schema_version").alias(prefix + "_sv"),
-            F.col("since_ts").alias(prefix + "_since"),
+        t = self.tables.selectExpr(
+            "catalog_version as _tv",
+            "`table` as _tn",
+            f"table_id as {prefix}_id",
+            f"schema_version as {prefix}_sv",
+            f"since_ts as {prefix}_since",
         )
-        cond = (F.col(version_col) == F.col("_tv")) & (F.col(table_col) == F.col("_tn"))
-        return df.join(F.broadcast(t), cond, "left").drop("_tv", "_tn")
+        cond = f"{ref(version_col).text} = _tv and {ref(table_col).text} = _tn"
+        return df.join(F.broadcast(t), F.expr(cond), "left").drop("_tv", "_tn")
 
     @property
     def clock_free(self) -> bool:
@@ -311,14 +311,12 @@ class CatalogIndex:
         df = df.withColumnRenamed("_tl_id", "_bid").drop("_tl_sv", "_tl_since", "_tl_inc")
         df = self.with_table_at(df, ts_col, "table", "_n")
         df = self._by_id.join(df, ts_col, key="_bid")
-        by_id = F.col("_bid").isNotNull()
-        return df.select(
+        return df.selectExpr(
             "*",
-            F.when(by_id, F.when(F.col("_il_sv").isNotNull(), F.col("_bid")))
-            .otherwise(F.col("_n_id"))
-            .alias(prefix + "_id"),
-            F.when(by_id, F.col("_il_sv")).otherwise(F.col("_n_sv")).alias(prefix + "_sv"),
-            F.when(by_id, F.col("_il_since")).otherwise(F.col("_n_since")).alias(prefix + "_since"),
+            "case when _bid is not null then case when _il_sv is not null then _bid end "
+            f"else _n_id end as {prefix}_id",
+            f"case when _bid is not null then _il_sv else _n_sv end as {prefix}_sv",
+            f"case when _bid is not null then _il_since else _n_since end as {prefix}_since",
         ).drop("_bid", "_il_sv", "_il_since", "_il_inc", "_n_id", "_n_sv", "_n_since", "_n_inc")
 
     # -- frames ---------------------------------------------------------------------------------

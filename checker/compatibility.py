@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import sentence, ts, txt
+from checker.explain import case, ref, sentence, sql_text, ts, txt
 from checker.frames import RunFrames
 
 
@@ -41,7 +41,7 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " at ",
         ts("commit_ts"),
         " with ",
-        F.col("table"),
+        ref("table"),
         " enlisted at ",
         ts("base_ts"),
         " (catalog version ",
@@ -49,21 +49,22 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ", schema version ",
         txt("txn_sv"),
         "), ",
-        F.when(
-            F.col("c_sv").isNull(),
-            sentence("but the table did not exist at commit (catalog version ", txt("cv"), ")"),
-        ).otherwise(
-            sentence(
+        case(
+            (
+                "`c_sv` is null",
+                sentence("but the table did not exist at commit (catalog version ", txt("cv"), ")"),
+            ),
+            otherwise=sentence(
                 "but catalog version ",
                 txt("first_step.step_version"),
                 " made a change that is not forward compatible: ",
-                F.col("first_step.why"),
-            )
+                ref("first_step.why"),
+            ),
         ),
     )
-    return bad.select(
-        F.lit("incompatible-commit").alias("class"),
-        F.array(F.col("index").cast("bigint")).alias("events"),
-        F.filter(F.array(F.col("node")), lambda x: x.isNotNull()).alias("nodes"),
-        text.alias("explanation"),
+    return bad.selectExpr(
+        "'incompatible-commit' as class",
+        "array(cast(`index` as bigint)) as events",
+        "filter(array(`node`), x -> x is not null) as nodes",
+        f"{sql_text(text)} as explanation",
     )

@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, sentence, ts, txt
+from checker.explain import Sql, anomalies, as_column, case, ref, sentence, ts, txt
 from checker.frames import RunFrames
 
 FLOAT32_MAX = 3.4028234663852886e38
@@ -149,9 +149,9 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .when(is_null & ~F.col("nullable"), F.lit(2))
         .when(~is_null & ~_value_ok(F.col("_j"), F.col("_s")), F.lit(3))
     )
-    problem = (
-        F.when(
-            F.col("_pc") == 4,
+    problem = case(
+        (
+            "`_pc` = 4",
             sentence(
                 "a value in column(s) ",
                 F.array_join(extra, ", "),
@@ -159,48 +159,38 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
                 txt("sv"),
                 " does not have",
             ),
-        )
-        .when(
-            F.col("_pc") == 1,
-            sentence("column ", F.col("col_name"), " (which has a default) is missing"),
-        )
-        .when(F.col("_pc") == 2, sentence("null in NOT NULL column ", F.col("col_name")))
-        .otherwise(
-            sentence(
-                "value ",
-                F.col("_j"),
-                " in column ",
-                F.col("col_name"),
-                " does not fit ",
-                F.col("col_type"),
-            ),
-        )
+        ),
+        ("`_pc` = 1", sentence("column ", ref("col_name"), " (which has a default) is missing")),
+        ("`_pc` = 2", sentence("null in NOT NULL column ", ref("col_name"))),
+        otherwise=sentence(
+            "value ", ref("_j"), " in column ", ref("col_name"), " does not fit ", ref("col_type")
+        ),
     )
     context = ["index", "node", "source", "table", "key", "ts", "sv", "row_json"]
     bad = (
         per_col.select("*", code.alias("_pc"))
         .where(F.col("_pc").isNotNull())
-        .select(*context, problem.alias("problem"))
+        .select(*context, as_column(problem).alias("problem"))
         .groupBy(*context)
         .agg(F.array_sort(F.collect_set("problem")).alias("problems"))
     )
     text = sentence(
-        F.col("source"),
+        ref("source"),
         " #",
         txt("index"),
         " on ",
         txt("node"),
         " returned ",
-        F.col("table"),
+        ref("table"),
         " key ",
         txt("key"),
         " at ",
         ts("ts"),
         " as ",
-        F.col("row_json"),
+        ref("row_json"),
         ", which does not conform to schema version ",
         txt("sv"),
         " it reported: " if cat.clock_free else " active then: ",
-        F.array_join("problems", "; "),
+        Sql("array_join(`problems`, '; ')"),
     )
     return anomalies(bad, "schema-conformance", ["index"], ["node"], text)

@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, sentence, ts, txt
+from checker.explain import anomalies, ref, sentence, ts, txt
 from checker.frames import RunFrames
 
 CAPABILITY = "per-node-copies"  # run.json "capabilities": the target keeps a copy per node
@@ -60,17 +60,17 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     pairs = pairs.withColumn("n_keys", F.size(keys)).withColumn("diff_key", F.array_min(keys))
     rows_text = sentence(
         "final reads of ",
-        F.col("a_table"),
+        ref("a_table"),
         " disagree after the heal: #",
         txt("a_index"),
         " on ",
-        F.col("a_node"),
+        ref("a_node"),
         " at ",
         ts("a_ts"),
         " and #",
         txt("b_index"),
         " on ",
-        F.col("b_node"),
+        ref("b_node"),
         " at ",
         ts("b_ts"),
         " differ in ",
@@ -80,11 +80,11 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " is ",
         _row_text("a"),
         " on ",
-        F.col("a_node"),
+        ref("a_node"),
         " and ",
         _row_text("b"),
         " on ",
-        F.col("b_node"),
+        ref("b_node"),
     )
     by_rows = anomalies(
         pairs, "replica-divergence", ["a_index", "b_index"], ["a_node", "b_node"], rows_text
@@ -106,15 +106,15 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     ).where(~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv")))
     schema_text = sentence(
         "final probes of ",
-        F.col("a_table"),
+        ref("a_table"),
         " disagree on its schema after the heal: ",
-        F.col("a_node"),
+        ref("a_node"),
         " (#",
         txt("a_index"),
         ") answered schema version ",
         txt("a_table_sv"),
         ", ",
-        F.col("b_node"),
+        ref("b_node"),
         " (#",
         txt("b_index"),
         ") answered ",

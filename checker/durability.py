@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, sentence, ts, txt
+from checker.explain import anomalies, as_column, case, ref, sentence, ts, txt
 from checker.frames import RunFrames, bounded_broadcast
 from checker.ingest import CLIENT_PROCESS
 
@@ -122,22 +122,19 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         )
         .where(F.col("_missed") & (F.col("_shown") == 0) & (F.col("_rn") == 1))
     )
-    effect = (
-        F.when(
-            F.col("op") == "d",
-            sentence("but the final read still has the row ", txt("final_row")),
-        )
-        .when(F.col("final_row").isNull(), F.lit("but the final read has no such row"))
-        .otherwise(sentence("but ", F.col("diff")))
+    effect = case(
+        ("`op` = 'd'", sentence("but the final read still has the row ", txt("final_row"))),
+        ("`final_row` is null", "but the final read has no such row"),
+        otherwise=sentence("but ", ref("diff")),
     )
     text = sentence(
         "txn ",
         txt("txn_id"),
-        F.when(F.col("op") == "d", F.lit(" deleted ")).otherwise(F.lit(" wrote ")),
-        F.col("table"),
+        case(("`op` = 'd'", " deleted "), otherwise=" wrote "),
+        ref("table"),
         " key ",
         txt("key"),
-        F.when(F.col("op") == "w", sentence(" = ", txt("row"))).otherwise(F.lit("")),
+        case(("`op` = 'w'", sentence(" = ", txt("row"))), otherwise=""),
         " and committed at ",
         ts("commit_ts"),
         " (acknowledged, and no write of that key was invoked after it completed); final read #"
@@ -145,7 +142,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         else " (acknowledged, and no later write of that key committed); final read #",
         txt("read_index"),
         " of ",
-        F.col("read_table"),
+        ref("read_table"),
         " at ",
         ts("read_ts"),
         " on ",
@@ -342,5 +339,8 @@ def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ts("prev_activation"),
     )
     return grouped.select(
-        F.lit("activation-order").alias("class"), "events", "nodes", text.alias("explanation")
+        F.lit("activation-order").alias("class"),
+        "events",
+        "nodes",
+        as_column(text).alias("explanation"),
     )

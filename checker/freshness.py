@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.catalog_index import MAX_TS, CatalogIndex, Interval, IntervalLookup
-from checker.explain import anomalies, secs, sentence, txt
+from checker.explain import anomalies, ref, secs, sentence, txt
 from checker.frames import RunFrames
 
 ACK_PAYLOAD = [
@@ -73,11 +73,11 @@ def stale_schema_read(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " used schema version ",
         txt("txn_sv"),
         " of ",
-        F.col("table"),
+        ref("table"),
         " ",
         ack,
         ", which gave ",
-        F.col("table"),
+        ref("table"),
         " schema version ",
         txt("w_sv"),
     )

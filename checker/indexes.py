@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
 from checker.durability import same_value
-from checker.explain import anomalies, sentence, ts, txt
+from checker.explain import anomalies, case, ref, sentence, ts, txt
 from checker.frames import RunFrames
 
 
@@ -90,15 +90,15 @@ def index_missing(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         "row key ",
         txt("row_key"),
         " of ",
-        F.col("table"),
+        ref("table"),
         " (final read #",
         txt("table_read"),
         " at ",
         ts("table_ts"),
         ": ",
-        F.col("row_json"),
+        ref("row_json"),
         ") has no entry in AVAILABLE index ",
-        F.col("index_name"),
+        ref("index_name"),
         " (final read #",
         txt("index_read"),
         " at ",
@@ -145,28 +145,26 @@ def index_orphan(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     bad = j.where(F.col("row_key").isNull() | stale)
     text = sentence(
         "AVAILABLE index ",
-        F.col("index_name"),
+        ref("index_name"),
         " of ",
-        F.col("table"),
+        ref("table"),
         " (final read #",
         txt("index_read"),
         " at ",
         ts("index_ts"),
         ") has an entry ",
-        F.col("entry_json"),
+        ref("entry_json"),
         " for key ",
         txt("entry_key"),
-        F.when(
-            F.col("row_key").isNull(),
-            F.lit(", but the final table read has no such row"),
-        ).otherwise(
-            sentence(
+        case(
+            ("`row_key` is null", ", but the final table read has no such row"),
+            otherwise=sentence(
                 ", but the row in final read #",
                 txt("table_read"),
                 " is ",
-                F.col("row_json"),
+                ref("row_json"),
                 " (stale index values)",
-            )
+            ),
         ),
     )
     return anomalies(

@@ -258,7 +258,9 @@ def remove_guards(run_id: str | None = None) -> list[str]:
     except DockerUnavailable:
         return removed
     label = f"{REAPER_LABEL}={run_id}" if run_id else REAPER_LABEL
-    for container in client.containers.list(all=True, filters={"label": label}):
+    for container in client.containers.list(
+        all=True, filters={"label": label}, ignore_removed=True
+    ):
         with contextlib.suppress(Exception):
             container.remove(force=True)
             removed.append(f"reaper container {container.name}")

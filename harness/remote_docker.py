@@ -153,7 +153,7 @@ def remove_run(client: Any, run_id: str | None) -> list[str]:
     """Remove every container and network labelled as ours (of one run, or of all runs)."""
     label = f"{RUN_LABEL}={run_id}" if run_id else LABEL
     removed: list[str] = []
-    containers = client.containers.list(all=True, filters={"label": label})
+    containers = client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
     def kill(c: Any) -> None:
         try:

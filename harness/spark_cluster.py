@@ -138,7 +138,9 @@ def spark_up(
     removed again."""
     if workers < 1:
         raise SparkClusterError(f"--workers: at least 1, got {workers}")
-    if client.containers.list(all=True, filters={"label": f"{SPARK_LABEL}={name}"}):
+    if client.containers.list(
+        all=True, filters={"label": f"{SPARK_LABEL}={name}"}, ignore_removed=True
+    ):
         raise SparkClusterError(f"a Spark cluster named {name!r} is up: `schemachaos spark down`")
     store = store.resolve()
     store.mkdir(parents=True, exist_ok=True)
@@ -257,7 +259,7 @@ def spark_down(client: Any, name: str | None = None) -> list[str]:
     None); returns what was removed."""
     label = SPARK_LABEL if name is None else f"{SPARK_LABEL}={name}"
     removed: list[str] = []
-    for c in client.containers.list(all=True, filters={"label": label}):
+    for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True):
         c.remove(force=True)
         removed.append(f"container {c.name}")
     for net in client.networks.list(filters={"label": label}):

@@ -82,7 +82,7 @@ def test_docker_cluster_up_ddl_probe_teardown(
     assert ready_s < 60
     client = docker.from_env()
     label = f"schemachaos.run={run_id}"
-    assert client.containers.list(all=True, filters={"label": label}) == []
+    assert client.containers.list(all=True, filters={"label": label}, ignore_removed=True) == []
     assert client.networks.list(filters={"label": label}) == []
     assert not tmp.exists(), "the run's key pair must be gone"
 

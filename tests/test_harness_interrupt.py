@@ -74,9 +74,10 @@ def _docker_leftovers(run_id: str) -> list[str]:
 
     client = docker.from_env()
     label = f"schemachaos.run={run_id}"
-    return [c.name for c in client.containers.list(all=True, filters={"label": label})] + [
-        n.name for n in client.networks.list(filters={"label": label})
-    ]
+    return [
+        c.name
+        for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    ] + [n.name for n in client.networks.list(filters={"label": label})]
 
 
 @pytest.mark.docker
@@ -115,7 +116,7 @@ def _remove_guard(backend: str, run_id: str) -> None:
         import docker
 
         label = f"{REAPER_LABEL}={run_id}"
-        for c in docker.from_env().containers.list(filters={"label": label}):
+        for c in docker.from_env().containers.list(filters={"label": label}, ignore_removed=True):
             c.remove(force=True)
     for pid in watchdog_processes(run_id):
         os.kill(pid, signal.SIGKILL)

@@ -40,7 +40,10 @@ def _docker_things(run_id: str) -> list[str]:
     client = docker.from_env()
     found: list[str] = []
     for label in (f"schemachaos.run={run_id}", f"{REAPER_LABEL}={run_id}"):
-        found += [c.name for c in client.containers.list(all=True, filters={"label": label})]
+        found += [
+            c.name
+            for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+        ]
         found += [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
     return found
 

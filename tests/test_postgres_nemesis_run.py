@@ -62,7 +62,9 @@ def played(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def containers_of(run_id: str) -> list[str]:
     from harness.remote_docker import RUN_LABEL, docker_client
 
-    found = docker_client().containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+    found = docker_client().containers.list(
+        all=True, filters={"label": f"{RUN_LABEL}={run_id}"}, ignore_removed=True
+    )
     return [c.name for c in found]
 
 

@@ -63,7 +63,7 @@ def cluster(runs: tuple[Path, list[Path]]) -> Iterator[SparkCluster]:
         removed = spark_down(client, name)
         assert len(removed) == 5  # master, 2 workers, connect, network
         label = {"label": f"{SPARK_LABEL}={name}"}
-        assert client.containers.list(all=True, filters=label) == []
+        assert client.containers.list(all=True, filters=label, ignore_removed=True) == []
         assert client.networks.list(filters=label) == []
 
 

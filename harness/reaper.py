@@ -252,15 +252,13 @@ def remove_guards(run_id: str | None = None) -> list[str]:
             os.kill(pid, signal.SIGKILL)
             removed.append(f"watchdog {pid}")
     try:
-        from harness.remote_docker import DockerUnavailable, docker_client
+        from harness.remote_docker import DockerUnavailable, docker_client, labelled_containers
 
         client = docker_client(timeout=10)
     except DockerUnavailable:
         return removed
     label = f"{REAPER_LABEL}={run_id}" if run_id else REAPER_LABEL
-    for container in client.containers.list(
-        all=True, filters={"label": label}, ignore_removed=True
-    ):
+    for container in labelled_containers(client, label):
         with contextlib.suppress(Exception):
             container.remove(force=True)
             removed.append(f"reaper container {container.name}")

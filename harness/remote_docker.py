@@ -149,11 +149,17 @@ class DockerNodes:
         remove_run(self.client, self.run_id)
 
 
+def labelled_containers(client: Any, label: str) -> list[Any]:
+    """Every container, running or not, that carries `label`. One removed while it is listed
+    (by a reaper, or another clean) is left out instead of failing the listing."""
+    return list(client.containers.list(all=True, filters={"label": label}, ignore_removed=True))
+
+
 def remove_run(client: Any, run_id: str | None) -> list[str]:
     """Remove every container and network labelled as ours (of one run, or of all runs)."""
     label = f"{RUN_LABEL}={run_id}" if run_id else LABEL
     removed: list[str] = []
-    containers = client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    containers = labelled_containers(client, label)
 
     def kill(c: Any) -> None:
         try:

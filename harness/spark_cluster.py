@@ -30,6 +30,7 @@ from harness.images import (
     build_layer,
     image_exists,
 )
+from harness.remote_docker import labelled_containers
 
 SPARK_REPO = "schemachaos-spark"
 SPARK_LABEL = "schemachaos.spark"  # value: the cluster's name
@@ -138,9 +139,7 @@ def spark_up(
     removed again."""
     if workers < 1:
         raise SparkClusterError(f"--workers: at least 1, got {workers}")
-    if client.containers.list(
-        all=True, filters={"label": f"{SPARK_LABEL}={name}"}, ignore_removed=True
-    ):
+    if labelled_containers(client, f"{SPARK_LABEL}={name}"):
         raise SparkClusterError(f"a Spark cluster named {name!r} is up: `schemachaos spark down`")
     store = store.resolve()
     store.mkdir(parents=True, exist_ok=True)
@@ -259,7 +258,7 @@ def spark_down(client: Any, name: str | None = None) -> list[str]:
     None); returns what was removed."""
     label = SPARK_LABEL if name is None else f"{SPARK_LABEL}={name}"
     removed: list[str] = []
-    for c in client.containers.list(all=True, filters={"label": label}, ignore_removed=True):
+    for c in labelled_containers(client, label):
         c.remove(force=True)
         removed.append(f"container {c.name}")
     for net in client.networks.list(filters={"label": label}):

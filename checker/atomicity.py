@@ -12,19 +12,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import (
-    Sql,
-    Text,
-    anomalies,
-    as_column,
-    case,
-    no_anomalies,
-    ref,
-    sentence,
-    ts,
-    txt,
-)
+from checker.explain import anomalies, as_column, case, no_anomalies, sentence, ts, txt
 from checker.frames import RunFrames, bounded_broadcast
+from checker.sql_expr import Sql, ref
 
 
 def _verb() -> Sql:
@@ -34,7 +24,7 @@ def _verb() -> Sql:
     )
 
 
-def _truth(sv: str, since: str) -> Text:
+def _truth(sv: str, since: str) -> Sql:
     """'version 6 was active from 1893:0' or 'the table did not exist then'."""
     return case(
         (f"{ref(sv).text} is null", "the table did not exist at that timestamp"),

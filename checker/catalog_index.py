@@ -20,9 +20,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checker.explain import ref
 from checker.forward_compat import first_incompatible
 from checker.local_frames import local_frame
+from checker.sql_expr import ref
 from checker.sql_types import column_type
 
 MAX_TS = (1 << 63) - 1

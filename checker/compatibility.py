@@ -11,8 +11,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import case, ref, sentence, sql_text, ts, txt
+from checker.explain import case, sentence, sql_text, ts, txt
 from checker.frames import RunFrames
+from checker.sql_expr import ref
 
 
 def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:

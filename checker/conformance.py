@@ -12,8 +12,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import Sql, anomalies, as_column, case, ref, sentence, ts, txt
+from checker.explain import anomalies, as_column, case, sentence, ts, txt
 from checker.frames import RunFrames
+from checker.sql_expr import Sql, ref
 
 FLOAT32_MAX = 3.4028234663852886e38
 INT32 = (-(2**31), 2**31 - 1)

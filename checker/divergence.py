@@ -12,8 +12,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, ref, sentence, ts, txt
+from checker.explain import anomalies, sentence, ts, txt
 from checker.frames import RunFrames
+from checker.sql_expr import Sql, ref
 
 CAPABILITY = "per-node-copies"  # run.json "capabilities": the target keeps a copy per node
 
@@ -33,14 +34,11 @@ def _normal_rows() -> Column:
     return F.array_sort(F.transform(F.coalesce("rows", F.array()), normal))
 
 
-def _row_text(side: str) -> Column:
+def _row_text(side: str) -> Sql:
     """The first differing key's row on one side as `{c=v, ...}`, or 'absent'."""
-    rows = F.filter(F.col(f"{side}_rows"), lambda r: r.key == F.col("diff_key"))
-    cols = F.transform(
-        F.try_element_at(rows, F.lit(1)).getField("cols"),
-        lambda c: F.concat(c.key, F.lit("="), F.coalesce(c.value, F.lit("null"))),
-    )
-    return F.coalesce(F.concat(F.lit("{"), F.array_join(cols, ", "), F.lit("}")), F.lit("absent"))
+    row = f"try_element_at(filter(`{side}_rows`, r -> r.`key` = `diff_key`), 1)"
+    cols = f"transform({row}.cols, c -> concat(c.`key`, '=', coalesce(c.`value`, 'null')))"
+    return Sql(f"coalesce(concat('{{', array_join({cols}, ', '), '}}'), 'absent')")
 
 
 def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:

@@ -10,9 +10,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, as_column, case, ref, sentence, ts, txt
+from checker.explain import anomalies, as_column, case, sentence, ts, txt
 from checker.frames import RunFrames, bounded_broadcast
 from checker.ingest import CLIENT_PROCESS
+from checker.sql_expr import ref
 
 INTEGER_TEXT = r"^-?[0-9]+$"
 

@@ -3,46 +3,23 @@
 Every check returns the same four columns (class, events, nodes, explanation) so the analyzer
 can union them; timestamps are rendered as `physical_ms:logical`, as people read HLC values.
 
-A sentence is built as SQL text (`Sql`) and crosses to the JVM once, as one expression: built
-from Column objects it cost a py4j round trip per function, cast, literal and alias, a quarter
-of the round trips of a whole analysis. A part that can only be a Column (a lambda over an
-array) makes the sentence a Column again.
+A sentence is SQL text (`checker.sql_expr`) and crosses to the JVM once: built from Column
+objects it was a quarter of the py4j round trips of a whole analysis. A part that can only be
+a Column (a Python lambda over an array) makes the sentence a Column again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import overload
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker.local_frames import local_frame
+from checker.sql_expr import Sql, literal, ref
 
 ANOMALY_SCHEMA = "class string, events array<bigint>, nodes array<string>, explanation string"
-
-
-@dataclass(frozen=True)
-class Sql:
-    """A Spark SQL expression as text (a plain str among a sentence's parts is literal text)."""
-
-    text: str
-
-    def column(self) -> Column:
-        return F.expr(self.text)
-
-
 Text = Sql | Column
-
-
-def ref(name: str) -> Sql:
-    """Column `name` (a dotted name reaches into a struct, as `F.col` reads it)."""
-    return Sql(".".join(f"`{part}`" for part in name.split(".")))
-
-
-def literal(text: str) -> Sql:
-    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
-    return Sql(f"'{escaped}'")
 
 
 def as_column(text: Text) -> Column:
@@ -74,6 +51,10 @@ def secs(col: str | Sql) -> Sql:
     return Sql(f"format_number({_operand(col)} / 1000000000.0D, 3)")
 
 
+@overload
+def sentence(*parts: str | Sql) -> Sql: ...
+@overload
+def sentence(*parts: str | Text) -> Text: ...
 def sentence(*parts: str | Text) -> Text:
     """Concatenate literal strings, SQL text and columns into one sentence."""
     if any(isinstance(p, Column) for p in parts):
@@ -81,6 +62,10 @@ def sentence(*parts: str | Text) -> Text:
     return Sql(f"concat({', '.join(sql_text(p) for p in parts)})")
 
 
+@overload
+def case(*branches: tuple[str, str | Sql], otherwise: str | Sql) -> Sql: ...
+@overload
+def case(*branches: tuple[str, str | Text], otherwise: str | Text) -> Text: ...
 def case(*branches: tuple[str, str | Text], otherwise: str | Text) -> Text:
     """CASE WHEN cond THEN part ... ELSE otherwise END: each cond is SQL text, each part as a
     sentence's (literal text, SQL text or a column)."""
@@ -99,30 +84,15 @@ def no_anomalies(spark: SparkSession) -> DataFrame:
     return local_frame(spark, [], ANOMALY_SCHEMA)
 
 
-def anomalies(
-    df: DataFrame, cls: str, events: list[str | Column], nodes: list[str | Column], text: Text
-) -> DataFrame:
+def anomalies(df: DataFrame, cls: str, events: list[str], nodes: list[str], text: Sql) -> DataFrame:
     """`df` projected to the anomaly columns; null events and nodes are left out."""
-    if all(isinstance(c, str) for c in (*events, *nodes)) and isinstance(text, Sql):
-        ev = ", ".join(f"cast({ref(str(e)).text} as bigint)" for e in events)
-        nd = ", ".join(f"cast({ref(str(n)).text} as string)" for n in nodes)
-        return df.selectExpr(
-            f"{literal(cls).text} as class",
-            f"array_distinct(filter(array({ev}), x -> x is not null)) as events",
-            f"array_distinct(filter(array({nd}), x -> x is not null)) as nodes",
-            f"{text.text} as explanation",
-        )
-    ev_cols = [F.col(e) if isinstance(e, str) else e for e in events]
-    nd_cols = [F.col(n) if isinstance(n, str) else n for n in nodes]
-    return df.select(
-        F.lit(cls).alias("class"),
-        F.array_distinct(
-            F.filter(F.array(*(e.cast("bigint") for e in ev_cols)), lambda x: x.isNotNull())
-        ).alias("events"),
-        F.array_distinct(
-            F.filter(F.array(*(n.cast("string") for n in nd_cols)), lambda x: x.isNotNull())
-        ).alias("nodes"),
-        as_column(text).alias("explanation"),
+    ev = ", ".join(f"cast({ref(e).text} as bigint)" for e in events)
+    nd = ", ".join(f"cast({ref(n).text} as string)" for n in nodes)
+    return df.selectExpr(
+        f"{literal(cls).text} as class",
+        f"array_distinct(filter(array({ev}), x -> x is not null)) as events",
+        f"array_distinct(filter(array({nd}), x -> x is not null)) as nodes",
+        f"{text.text} as explanation",
     )
 
 

@@ -11,8 +11,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.catalog_index import MAX_TS, CatalogIndex, Interval, IntervalLookup
-from checker.explain import anomalies, ref, secs, sentence, txt
+from checker.explain import anomalies, secs, sentence, txt
 from checker.frames import RunFrames
+from checker.sql_expr import ref
 
 ACK_PAYLOAD = [
     ("req_v", T.LongType()),

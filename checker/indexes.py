@@ -12,8 +12,9 @@ from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
 from checker.durability import same_value
-from checker.explain import anomalies, case, ref, sentence, ts, txt
+from checker.explain import anomalies, case, sentence, ts, txt
 from checker.frames import RunFrames
+from checker.sql_expr import ref
 
 
 def _available_index_reads(frames: RunFrames, cat: CatalogIndex) -> DataFrame:

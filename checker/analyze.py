@@ -71,7 +71,9 @@ CLASSES = tuple(c.name for c in CHECKS)
 assert set(CLASSES) <= set(ANOMALY_CLASSES), "a check's name is not an anomaly class"
 MAX_PER_CLASS = 1000
 # Runs of a batch judged at once on a classic session. On local[2], 8 runs of 8,400 events
-# were judged 1.9x faster 2 at a time and 2.1x faster 3 at a time than one at a time.
+# were judged 1.9x faster 2 at a time and 2.1x faster 3 at a time than one at a time; with the
+# leaner plans of later code, on another machine, 1, 2 and 3 at a time were alike (8 runs of
+# 8,781 events: 88, 99, 92 s), each run's JIT warm-up and fixed steps bounding the batch.
 BATCH_CONCURRENCY = 3
 # A history this small is judged in one partition (about 30,000 events, the small-input mode),
 # so it leaves cores to the batch's other runs; a larger one is judged alone.

@@ -92,13 +92,7 @@ def build_session(
             raise ValueError(
                 f"--spark-remote: {remote!r} is not a Spark Connect URL (sc://HOST:PORT)"
             )
-        spark = SparkSession.builder.remote(remote).getOrCreate()
-        for key, value in {
-            **RUNTIME_CONF,
-            "spark.sql.shuffle.partitions": str(shuffle_partitions),
-        }.items():
-            spark.conf.set(key, value)
-        return spark
+        return connect_session(remote, shuffle_partitions)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # pyspark names the executors' Python from this variable when the context starts: ours for
     # executors on this machine (local, local-cluster), the workers' own for a standalone
@@ -152,6 +146,18 @@ def build_session(
         _kill_partial_jvm()
         raise
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def connect_session(url: str, shuffle_partitions: int = 4) -> SparkSession:
+    """A Spark Connect session with the analysis's SQL settings: on the server at `url`
+    (sc://HOST:PORT), or, for `local[n]`, on a server that pyspark starts in a JVM of its own."""
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in {
+        **RUNTIME_CONF,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+    }.items():
+        spark.conf.set(key, value)
     return spark
 
 

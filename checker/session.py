@@ -44,6 +44,11 @@ RUNTIME_CONF = {
 # cold 8,700-event run they took 30 of the JVM's 79 CPU-seconds, on the core the checks could
 # use. C1 alone compiles what is hot at once, at a fraction of the cost.
 SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# HotSpot never compiles a method of over 8,000 bytes of bytecode, and whole-stage codegen makes
+# such methods of wide projections: the ingest's parse of a line and its per-line checks is
+# one (8,773 bytes), and stayed interpreted (a 10^6-event parse, warm: 11.4-12.1 s as it was,
+# 6.6-7.1 s with the limit lifted). Every JVM that runs the checker's tasks gets this.
+JIT_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 # The class-data-sharing archive of an analysis's classes that `make setup` builds beside this
 # pyspark (checker.class_archive); a JVM maps it instead of looking each class up in 250 jars.
 CLASS_ARCHIVE = Path(sys.prefix) / "schemachaos-spark-classes.jsa"
@@ -86,7 +91,8 @@ def build_session(
 
     `short_lived`: the driver will judge only small histories before it stops, so its JVM
     compiles with C1 alone (SHORT_LIVED_JAVA_OPTIONS). `java_options`: the driver JVM's own
-    options instead of mapping the class archive (CLASS_ARCHIVE), as it does by default."""
+    options instead of the defaults (mapping the class archive, CLASS_ARCHIVE, and
+    JIT_JAVA_OPTIONS)."""
     if remote is not None:
         if not remote.startswith("sc://"):
             raise ValueError(
@@ -129,7 +135,7 @@ def build_session(
     for key, value in RUNTIME_CONF.items():
         builder = builder.config(key, value)
     jvm_options = [
-        archive_options() if java_options is None else java_options,
+        f"{archive_options()} {JIT_JAVA_OPTIONS}" if java_options is None else java_options,
         SHORT_LIVED_JAVA_OPTIONS if short_lived else "",
     ]
     if any(jvm_options):
@@ -138,6 +144,8 @@ def build_session(
         )
     if executor_memory is not None:
         builder = builder.config("spark.executor.memory", executor_memory)
+    # executors in JVMs of their own (a cluster's workers, local-cluster); local mode ignores it
+    builder = builder.config("spark.executor.extraJavaOptions", JIT_JAVA_OPTIONS)
     try:
         spark = builder.getOrCreate()
     except BaseException:
@@ -152,7 +160,10 @@ def build_session(
 def connect_session(url: str, shuffle_partitions: int = 4) -> SparkSession:
     """A Spark Connect session with the analysis's SQL settings: on the server at `url`
     (sc://HOST:PORT), or, for `local[n]`, on a server that pyspark starts in a JVM of its own."""
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    builder = SparkSession.builder.remote(url)
+    if not url.startswith("sc://"):  # pyspark starts the server: its JVM's options are ours
+        builder = builder.config("spark.driver.extraJavaOptions", JIT_JAVA_OPTIONS)
+    spark = builder.getOrCreate()
     for key, value in {
         **RUNTIME_CONF,
         "spark.sql.shuffle.partitions": str(shuffle_partitions),

@@ -22,6 +22,7 @@ from typing import Any
 import py4j
 import pyspark
 
+from checker.session import JIT_JAVA_OPTIONS
 from harness.images import (
     LABEL,
     ImageBuildError,
@@ -186,6 +187,8 @@ def spark_up(
                     "--conf", "spark.driver.bindAddress=0.0.0.0",
                     "--conf", f"spark.connect.grpc.binding.port={CONNECT_PORT}",
                     "--conf", "spark.ui.enabled=false",
+                    "--conf", f"spark.driver.extraJavaOptions={JIT_JAVA_OPTIONS}",
+                    "--conf", f"spark.executor.extraJavaOptions={JIT_JAVA_OPTIONS}",
                     "--conf", f"spark.executor.memory={EXECUTOR_MEMORY}",
                     "--conf", "spark.executor.cores=1",
                     "--conf", f"spark.cores.max={workers}",

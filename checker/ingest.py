@@ -36,7 +36,8 @@ COLUMNAR_FILE = "history.columnar.parquet"
 META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
-FORMAT_VERSION = 4
+# raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
+FORMAT_VERSION = 5
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -47,7 +48,8 @@ IN_PLACE_MAX_EVENTS = 200_000
 
 CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
-# foreign harness's own processes) are not client operations
+# foreign harness's own events) are not a client's, and a client operation from one breaks the
+# contract
 CLIENT_PROCESS = r"^[0-9]+$"
 L = T.LongType()
 S = T.StringType()
@@ -323,6 +325,8 @@ def _problem_expr() -> Column:
         (F.col("e.f").isNull(), "f: missing"),
         (F.col("e.process") == "", "process: empty"),
         (client & ~F.col("e.f").isin(*CLIENT_FS), "f: not a client operation"),
+        # (a JSON string of digits reads as a number here: only the Python validator tells)
+        (~client & F.col("e.f").isin(*CLIENT_FS), "process: a client operation needs an integer process"),
         (
             (F.col("e.process") == "nemesis") & (F.col("e.type") != "info"),
             "type: nemesis events are info",

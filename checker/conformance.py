@@ -50,7 +50,7 @@ def observed_rows(frames: RunFrames) -> DataFrame:
     return reads.unionByName(final)
 
 
-def _value_ok(j: Column, s: Column) -> Column:
+def value_fits(j: Column, s: Column) -> Column:
     """Does a value (not null), given as its JSON text `j` and, for a JSON string, its text `s`,
     fit the column type in base/length/prec/scale?
 
@@ -62,11 +62,15 @@ def _value_ok(j: Column, s: Column) -> Column:
     numeric = ~is_str & ~is_bool & ~first.isin("{", "[")
     is_int = numeric & ~j.contains(".") & ~j.contains("e") & ~j.contains("E")
     as_long = j.try_cast("bigint")  # null beyond INT64
-    frac = F.regexp_extract(s, r"\.([0-9]*)$", 1)
-    whole = F.regexp_extract(s, r"^[+-]?([0-9]*)", 1)
+    # a DECIMAL as a string (ours) or as a number in plain notation (the contract leaves the
+    # encoding open): its digits either way
+    d = F.when(is_str, s).when(numeric, j)
+    frac = F.regexp_extract(d, r"\.([0-9]*)$", 1)
+    whole = F.regexp_extract(d, r"^[+-]?([0-9]*)", 1)
     base = F.col("base")
     return (
-        F.when(base == "INT32", is_int & as_long.between(*INT32))
+        # beyond INT64 the cast is null, and so would the verdict be: false, out of range
+        F.when(base == "INT32", is_int & F.coalesce(as_long.between(*INT32), F.lit(False)))
         .when(base.isin("INT64", "TIMESTAMP"), is_int & as_long.isNotNull())
         .when(base == "FLOAT", numeric & (F.abs(j.try_cast("double")) <= FLOAT32_MAX))
         .when(base == "DOUBLE", numeric)
@@ -78,8 +82,8 @@ def _value_ok(j: Column, s: Column) -> Column:
         .when(base == "BOOLEAN", is_bool)
         .when(
             base == "DECIMAL",
-            is_str
-            & s.rlike(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$")
+            d.isNotNull()
+            & d.rlike(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$")
             & (F.length(F.rtrim(frac, F.lit("0"))) <= F.col("scale"))
             & (F.length(F.ltrim(whole, F.lit("0"))) <= F.col("prec") - F.col("scale")),
         )
@@ -148,7 +152,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.when(F.col("col_name").isNull(), F.when(F.size(extra) > 0, F.lit(4)))
         .when(~F.col("present") & F.col("has_default"), F.lit(1))
         .when(is_null & ~F.col("nullable"), F.lit(2))
-        .when(~is_null & ~_value_ok(F.col("_j"), F.col("_s")), F.lit(3))
+        .when(~is_null & ~value_fits(F.col("_j"), F.col("_s")), F.lit(3))
     )
     problem = case(
         (

@@ -86,7 +86,8 @@ def _open_invokes(frames: RunFrames) -> str | None:
 
 
 def unhealed_faults(events: Iterable[Any]) -> list[str]:
-    """A sentence per nemesis start-X with no stop-X/heal-X or heal-all after it."""
+    """A sentence per nemesis start-X that no stop-X/heal-X closed (each closes the earliest
+    open start of its kind) and no heal-all followed."""
     open_: dict[str, list[int]] = {}
     for e in sorted(events, key=lambda e: int(e["index"])):
         f = str(e["f"])
@@ -101,8 +102,9 @@ def unhealed_faults(events: Iterable[Any]) -> list[str]:
                     stack.pop(0)
                     break
     return [
-        f"history.jsonl: fault start-{kind} at index {index} was never healed (no stop-{kind}, "
-        f"heal-{kind} or {HEAL_ALL} after it)"
+        f"history.jsonl: fault start-{kind} at index {index} was never healed (a stop-{kind} or "
+        f"heal-{kind} closes one start, the earliest still open, and none was left for this "
+        f"one; no {HEAL_ALL} after it)"
         for kind, starts in sorted(open_.items())
         for index in starts
     ]

@@ -157,6 +157,9 @@ def test_final_reads_follow_a_renamed_table_and_skip_a_dropped_one() -> None:
         (2, ("value", "ops", 0, "node"), None),
         (5, ("value", "catalog_version"), 1 << 70),
         (2, ("value", "tables", "t1", "base_ts"), 1.5),
+        # a client operation from a process that is not a client's (an integer)
+        (1, ("process",), "elle-worker-1"),
+        (5, ("process",), "monitor"),
     ],
 )
 def test_a_field_of_the_wrong_type_is_a_contract_error_at_any_size(
@@ -201,6 +204,55 @@ def test_integers_are_compared_exactly(spark: SparkSession) -> None:  # noqa: F8
     df = spark.createDataFrame([(a, b) for a, b, _ in pairs], "a string, b string")
     got = [r[0] for r in df.select(same_value(F.col("a"), F.col("b"))).collect()]
     assert got == [same for _, _, same in pairs]
+
+
+@pytest.mark.spark
+def test_a_value_fits_its_type_by_its_json_text(spark: SparkSession) -> None:  # noqa: F811
+    from pyspark.sql import functions as F
+
+    from checker.conformance import value_fits
+
+    cases = [  # (JSON text, base type, precision, scale, fits)
+        ("2147483647", "INT32", None, None, True),
+        ("2147483648", "INT32", None, None, False),
+        (str(1 << 70), "INT32", None, None, False),  # beyond INT64: no cast, still out of range
+        (str(1 << 63), "INT64", None, None, False),
+        ('"12.30"', "DECIMAL", 5, 2, True),  # our encoding: a string
+        ("999.99", "DECIMAL", 5, 2, True),  # another harness's: a number
+        ("12", "DECIMAL", 5, 2, True),
+        ("1.0", "DECIMAL", 5, 2, True),
+        ("1000", "DECIMAL", 5, 2, False),
+        ("1.005", "DECIMAL", 5, 2, False),
+        ('"1.005"', "DECIMAL", 5, 2, False),
+        ("true", "DECIMAL", 5, 2, False),
+        ('{"a": 1}', "DECIMAL", 5, 2, False),
+    ]
+    df = spark.createDataFrame(
+        [c[:4] for c in cases], "j string, base string, prec int, scale int"
+    ).select("*", F.lit(None).cast("int").alias("length"), F.parse_json("j").alias("v"))
+    df = df.withColumn("_j", F.to_json("v")).withColumn(
+        "_s", F.when(F.col("_j").startswith('"'), F.expr("try_variant_get(v, '$', 'string')"))
+    )
+    got = [r[0] for r in df.select(value_fits(F.col("_j"), F.col("_s"))).collect()]
+    assert got == [c[4] for c in cases]
+
+
+@pytest.mark.spark
+def test_an_int32_beyond_int64_is_a_schema_conformance_anomaly(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Written, read back and indexed alike (no lost-write, no orphan), but no INT32 holds it."""
+    events = complete_events()
+    huge = {"c1": 1 << 70, "c2": "a"}
+    events[0]["value"]["ops"][0]["row"] = huge
+    events[1]["value"]["ops"][0]["row"] = huge
+    events[8]["value"]["rows"][0]["row"] = huge
+    events[10]["value"]["entries"][0]["values"] = {"c1": huge["c1"]}  # the index agrees
+    results = _analyze(spark, tmp_path / "run", events)
+    assert results["valid"] is False and results["errors"] == []
+    assert {a["class"] for a in results["anomalies"]} == {"schema-conformance"}
+    assert "does not fit INT32" in results["anomalies"][0]["explanation"]
 
 
 @pytest.mark.spark

@@ -326,7 +326,10 @@ def _problem_expr() -> Column:
         (F.col("e.process") == "", "process: empty"),
         (client & ~F.col("e.f").isin(*CLIENT_FS), "f: not a client operation"),
         # (a JSON string of digits reads as a number here: only the Python validator tells)
-        (~client & F.col("e.f").isin(*CLIENT_FS), "process: a client operation needs an integer process"),
+        (
+            ~client & F.col("e.f").isin(*CLIENT_FS),
+            "process: a client operation needs an integer process",
+        ),
         (
             (F.col("e.process") == "nemesis") & (F.col("e.type") != "info"),
             "type: nemesis events are info",

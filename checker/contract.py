@@ -139,7 +139,7 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
     Returns (events, truncated_tail). A torn final line (no newline and not JSON: a killed
     controller) is reported through the flag, not raised; any other violation raises.
     """
-    count = 0
+    count = previous = 0
     truncated = False
     for number, doc in _json_lines(path, "history.jsonl", allow_torn_tail=True):
         if doc is _TORN:
@@ -148,14 +148,20 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
         problem = first_problem("event", doc)
         if problem is not None:
             raise ContractError("history.jsonl", number, problem[0], problem[1])
-        if doc["index"] != count:
+        # "unique, ascending from 0": the first is 0, each above the one before (gaps allowed)
+        if count == 0 and doc["index"] != 0:
+            raise ContractError(
+                "history.jsonl", number, "index", f"is {doc['index']}: the first event's is 0"
+            )
+        if count and doc["index"] <= previous:
             raise ContractError(
                 "history.jsonl",
                 number,
                 "index",
-                f"is {doc['index']} but line {number} must hold index {count} "
-                "(indexes ascend from 0 without gaps)",
+                f"is {doc['index']}, not above line {number - 1}'s {previous} "
+                "(indexes are unique and ascending)",
             )
+        previous = doc["index"]
         count += 1
     return count, truncated
 

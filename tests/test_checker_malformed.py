@@ -73,10 +73,12 @@ def test_truncated_tail_after_an_anomaly_still_reports_it(
 CASES = {
     "missing field": (lambda t: [t[0], edit(t[1], type=None), *t[2:]], "line 2: field 'type': "),
     "unknown type": (lambda t: [t[0], edit(t[1], type="done"), *t[2:]], "line 2: field 'type':"),
-    "out-of-order index": (
+    "out-of-order index": (  # line 2's index 2 skips 1, which the contract allows; line 3's 1
         lambda t: [t[0], t[2], t[1], *t[3:]],
-        "line 2: field 'index':",
+        "line 3: field 'index':",
     ),
+    "repeated index": (lambda t: [t[0], edit(t[1], index=0), *t[2:]], "line 2: field 'index':"),
+    "first index not 0": (lambda t: [edit(t[0], index=1), *t[1:]], "line 1: field 'index':"),
     "missing nested field": (
         lambda t: [*t[:5], edit(t[5], value={"txn_id": "a1"}), *t[6:]],
         "line 6: field 'value.",

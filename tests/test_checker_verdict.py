@@ -207,6 +207,24 @@ def test_integers_are_compared_exactly(spark: SparkSession) -> None:  # noqa: F8
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("python_validation_max_bytes", [0, 32 * 1024 * 1024])
+def test_indexes_with_gaps_are_the_contracts(
+    python_validation_max_bytes: int,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """history.md: `index` is "unique, ascending from 0", not one more each line."""
+    events = [{"index": 3 * i, "time": (4000 + 10 * i) * 1_000_000, **e}
+              for i, e in enumerate(complete_events())]  # fmt: skip
+    run = write_run(tmp_path / "run", events, renumber=False)
+    options = AnalyzeOptions(
+        with_stats=False, python_validation_max_bytes=python_validation_max_bytes
+    )
+    results = analyze_run(run, spark=spark, options=options)
+    assert results["valid"] is True and results["errors"] == [], results["errors"]
+
+
+@pytest.mark.spark
 def test_a_value_fits_its_type_by_its_json_text(spark: SparkSession) -> None:  # noqa: F811
     from pyspark.sql import functions as F
 

@@ -8,6 +8,7 @@ and each error here says what is missing precisely enough to act on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,28 +87,45 @@ def _open_invokes(frames: RunFrames) -> str | None:
 
 
 def unhealed_faults(events: Iterable[Any]) -> list[str]:
-    """A sentence per nemesis start-X that no stop-X/heal-X closed (each closes the earliest
-    open start of its kind) and no heal-all followed."""
-    open_: dict[str, list[int]] = {}
+    """A sentence per nemesis start-X that no stop-X/heal-X closed and no heal-all followed.
+
+    A closer carrying a `fault` id (in its value, as our nemesis writes it) closes the start
+    with that id, so one kind may overlap itself; any other closes the earliest open start of
+    its kind, as does one whose id matches no open start."""
+    open_: dict[str, list[tuple[int, Any]]] = {}
     for e in sorted(events, key=lambda e: int(e["index"])):
         f = str(e["f"])
         if f == HEAL_ALL:
             open_.clear()
         elif f.startswith("start-"):
-            open_.setdefault(f.removeprefix("start-"), []).append(int(e["index"]))
+            open_.setdefault(f.removeprefix("start-"), []).append((int(e["index"]), _fault(e)))
         else:
             for prefix in CLOSERS:
                 stack = open_.get(f.removeprefix(prefix)) if f.startswith(prefix) else None
                 if stack:
-                    stack.pop(0)
+                    fault = _fault(e)
+                    same = [s for s in stack if fault is not None and s[1] == fault]
+                    stack.remove(same[0] if same else stack[0])
                     break
     return [
-        f"history.jsonl: fault start-{kind} at index {index} was never healed (a stop-{kind} or "
-        f"heal-{kind} closes one start, the earliest still open, and none was left for this "
-        f"one; no {HEAL_ALL} after it)"
+        f"history.jsonl: fault start-{kind} at index {index} was never healed (no stop-{kind} "
+        f"or heal-{kind} closed it, and no {HEAL_ALL} came after it)"
         for kind, starts in sorted(open_.items())
-        for index in starts
+        for index, _ in starts
     ]
+
+
+def _fault(event: Mapping[str, Any]) -> Any:
+    """The `fault` id in a nemesis event's value, or None."""
+    text = event.get("value_json")
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    fault = value.get("fault") if isinstance(value, dict) else None
+    return fault if isinstance(fault, (int, str)) else None
 
 
 def _written_tables(frames: RunFrames) -> set[str]:

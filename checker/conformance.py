@@ -62,8 +62,9 @@ def value_fits(j: Column, s: Column) -> Column:
     numeric = ~is_str & ~is_bool & ~first.isin("{", "[")
     is_int = numeric & ~j.contains(".") & ~j.contains("e") & ~j.contains("E")
     as_long = j.try_cast("bigint")  # null beyond INT64
-    # a DECIMAL as a string (ours) or as a number in plain notation (the contract leaves the
-    # encoding open): its digits either way
+    # a DECIMAL as a string (ours) or as a number (the contract leaves the encoding open): its
+    # digits either way, a number's as Spark's variant keeps them (exactly up to 38 digits
+    # without an exponent; otherwise a double's text)
     d = F.when(is_str, s).when(numeric, j)
     frac = F.regexp_extract(d, r"\.([0-9]*)$", 1)
     whole = F.regexp_extract(d, r"^[+-]?([0-9]*)", 1)

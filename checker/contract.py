@@ -151,7 +151,10 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
         # "unique, ascending from 0": the first is 0, each above the one before (gaps allowed)
         if count == 0 and doc["index"] != 0:
             raise ContractError(
-                "history.jsonl", number, "index", f"is {doc['index']}: the first event's is 0"
+                "history.jsonl",
+                number,
+                "index",
+                f"is {doc['index']}, but the first event's must be 0",
             )
         if count and doc["index"] <= previous:
             raise ContractError(

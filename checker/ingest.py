@@ -397,7 +397,8 @@ def _problem_expr() -> Column:
 
 
 def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[int, bool]:
-    """Check problems and index order with one aggregate; returns (events, truncated tail)."""
+    """Check problems and index order with one aggregate (and, if it finds gaps in the indexes,
+    a second job); returns (events, truncated tail)."""
     parts = (
         raw.groupBy("_pid")
         .agg(

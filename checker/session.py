@@ -47,7 +47,7 @@ SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # HotSpot never compiles a method of over 8,000 bytes of bytecode, and whole-stage codegen makes
 # such methods of wide projections: the ingest's parse of a line and its per-line checks is
 # one (8,773 bytes), and stayed interpreted (a 10^6-event parse, warm: 11.4-12.1 s as it was,
-# 6.6-7.1 s with the limit lifted). Every JVM that runs the checker's tasks gets this.
+# 6.6-7.2 s with the limit lifted). Every JVM the checker starts gets this.
 JIT_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 # The class-data-sharing archive of an analysis's classes that `make setup` builds beside this
 # pyspark (checker.class_archive); a JVM maps it instead of looking each class up in 250 jars.

@@ -132,6 +132,18 @@ def test_faults_closed_by_their_stop_or_a_heal_all() -> None:
     # a heal-all before a start does not close it
     assert len(unhealed_faults([ev(0, "heal-all"), ev(1, "start-pause")])) == 1
 
+    def fault(i: int, f: str, fault_id: int) -> dict:
+        return {"index": i, "f": f, "value_json": f'{{"fault": {fault_id}, "kind": "kill"}}'}
+
+    # one kind overlapping itself: a stop closes the start with its fault id, not the earliest
+    (only,) = unhealed_faults(
+        [fault(10, "start-kill", 1), fault(11, "start-kill", 2), fault(12, "stop-kill", 2)]
+    )
+    assert "start-kill at index 10" in only
+    # without ids, the earliest open start
+    (only,) = unhealed_faults([ev(10, "start-kill"), ev(11, "start-kill"), ev(12, "stop-kill")])
+    assert "start-kill at index 11" in only
+
 
 def test_final_reads_follow_a_renamed_table_and_skip_a_dropped_one() -> None:
     t = {"id": 7, "schema_version": 1, "columns": [], "indexes": []}
@@ -222,6 +234,37 @@ def test_indexes_with_gaps_are_the_contracts(
     )
     results = analyze_run(run, spark=spark, options=options)
     assert results["valid"] is True and results["errors"] == [], results["errors"]
+
+
+@pytest.mark.spark
+# lines 3 and 9 begin a partition (the check of the partitions' edges alone catches them), 4 not
+@pytest.mark.parametrize("repeated_at", [None, 3, 4, 9])
+def test_index_order_is_checked_across_partitions(
+    repeated_at: int | None,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Judged by Spark alone over partitions of about 512 bytes: gaps, at the partitions' edges
+    too, are valid; a line repeating the index before it is named, wherever the edges fall."""
+    events = [{"index": 3 * i, "time": (4000 + 10 * i) * 1_000_000, **e}
+              for i, e in enumerate(complete_events())]  # fmt: skip
+    if repeated_at is not None:
+        events[repeated_at - 1]["index"] = events[repeated_at - 2]["index"]
+    run = write_run(tmp_path / "run", events, renumber=False)
+    key = "spark.sql.files.maxPartitionBytes"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "512")
+    try:
+        assert spark.read.text(str(run / "history.jsonl")).rdd.getNumPartitions() >= 4
+        options = AnalyzeOptions(with_stats=False, python_validation_max_bytes=0)
+        results = analyze_run(run, spark=spark, options=options)
+    finally:
+        spark.conf.set(key, before)
+    if repeated_at is None:
+        assert results["valid"] is True and results["errors"] == [], results["errors"]
+    else:
+        assert results["valid"] == "unknown"
+        assert results["errors"][0].startswith(f"history.jsonl line {repeated_at}: field 'index'")
 
 
 @pytest.mark.spark

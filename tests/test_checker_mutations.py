@@ -30,7 +30,10 @@ INTS = st.sampled_from([0, 1, -1, 4, 5, 2**31, 2**53 + 1, 2**63 - 1, HUGE, -HUGE
 
 
 def _events_ops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for e in events for o in ((e.get("value") or {}).get("ops") or [])]
+    """The micro-ops of `events`, skipping what an earlier mutation made of them (an optional
+    process's `{"ops": 5}` is no list)."""
+    ops = [(e.get("value") or {}).get("ops") for e in events]
+    return [o for each in ops if isinstance(each, list) for o in each if isinstance(o, dict)]
 
 
 @st.composite

@@ -88,6 +88,29 @@ def test_a_retried_final_read_that_succeeds_completes_the_history(
 
 
 @pytest.mark.spark
+def test_a_table_only_an_unknown_outcome_wrote_needs_its_final_read(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """The write to t1 times out (info, its ops only in the invoke): it may have applied, so
+    t1 still needs its final read; with the final read the history is complete."""
+    events = complete_events()
+    events[1] = {
+        "type": "info",
+        "process": 0,
+        "f": "txn",
+        "node": "n1",
+        "value": {"txn_id": "a1"},
+        "error": {"code": "TIMEOUT", "message": "no reply", "retriable": False},
+    }
+    whole = _analyze(spark, tmp_path / "whole", events)
+    assert whole["valid"] is True, whole["errors"]
+    cut = _analyze(spark, tmp_path / "cut", events[:7] + events[9:])
+    assert cut["valid"] == "unknown"
+    assert any(e.startswith("no final read of t1;") for e in cut["errors"]), cut["errors"]
+
+
+@pytest.mark.spark
 def test_an_anomaly_in_a_cut_history_is_false(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
     events = complete_events()[:5]
     events[4] = copy.deepcopy(events[4])

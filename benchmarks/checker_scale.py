@@ -9,7 +9,10 @@ valid: true) and are kept in --dir between runs. "first" is the whole pipeline f
 (parse, validation, Parquet copy, checks, statistics); "again" re-analyzes from the Parquet
 copy. "growth" is the exponent k of time ~ events^k between one size and the previous (1 is
 linear). Targets (issue 7): >= 200,000 events/s at 10^7, growth at most n log n, again <= 3x
-the bare scan.
+the bare scan; issue 20's at 10^7: 200,000 events/s from the columnar copy ("again" reads the
+Parquet copy a columnar copy of that size is rewritten into) and 100,000 from JSONL ("first").
+The driver's peak heap over both analyses of a size is printed with them (local mode: the
+executors' heap too).
 
     python benchmarks/checker_scale.py --ratios RUN_DIR [--spark-remote sc://HOST:15002|local[2]]
 
@@ -31,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,18 +60,56 @@ def bare_scan(spark: SparkSession, parquet: Path) -> float:
     return time.monotonic() - start
 
 
+class HeapPeak:
+    """The driver JVM's peak heap while analyses run (in local mode the executors share it):
+    the heap in use sampled every `every` seconds, and the old generation's own exact peak,
+    which is what the analysis kept live (Eden fills and empties whatever it holds)."""
+
+    def __init__(self, spark: SparkSession, every: float = 0.2) -> None:
+        mf = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
+        self._heap = mf.getMemoryMXBean()
+        self._old = [p for p in mf.getMemoryPoolMXBeans() if "Old Gen" in p.getName()]
+        self._every = every
+        self._stop = threading.Event()
+        self.peak_used = 0
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            self.peak_used = max(self.peak_used, self._heap.getHeapMemoryUsage().getUsed())
+
+    def __enter__(self) -> HeapPeak:
+        for pool in self._old:
+            pool.resetPeakUsage()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def figures(self) -> dict[str, float]:
+        gib = 2**30
+        return {
+            "heap_peak_gib": round(self.peak_used / gib, 2),
+            "old_gen_peak_gib": round(sum(p.getPeakUsage().getUsed() for p in self._old) / gib, 2),
+            "heap_max_gib": round(self._heap.getHeapMemoryUsage().getMax() / gib, 2),
+        }
+
+
 def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
     if not (run / "history.jsonl").exists():
         t = time.monotonic()
         n = generate_run(run, seed=size, events=size)
         print(f"generated {n} events in {time.monotonic() - t:.1f} s", flush=True)
     shutil.rmtree(run / PARQUET_DIR, ignore_errors=True)
-    t = time.monotonic()
-    first = analyze_run(run, spark=spark)
-    first_s = time.monotonic() - t
-    t = time.monotonic()
-    again = analyze_run(run, spark=spark)
-    again_s = time.monotonic() - t
+    with HeapPeak(spark) as heap:
+        t = time.monotonic()
+        first = analyze_run(run, spark=spark)
+        first_s = time.monotonic() - t
+        t = time.monotonic()
+        again = analyze_run(run, spark=spark)
+        again_s = time.monotonic() - t
     scan_s = min(bare_scan(spark, run / PARQUET_DIR) for _ in range(2))
     n = int(first["stats"]["events"])
     assert first["valid"] is True and again["valid"] is True, (
@@ -82,6 +124,7 @@ def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
         "events_per_s_again": round(n / again_s),
         "bare_scan_s": round(scan_s, 2),
         "ratio_again_to_scan": round(again_s / scan_s, 1),
+        **heap.figures(),
     }
 
 
@@ -201,13 +244,14 @@ def main() -> None:
     spark.stop()
     print(
         f"{'events':>10} {'first s':>8} {'ev/s':>9} {'again s':>8} {'ev/s':>9} "
-        f"{'scan s':>7} {'ratio':>6} {'growth':>7}"
+        f"{'scan s':>7} {'ratio':>6} {'growth':>7} {'heap GiB':>9} {'old gen':>8}"
     )
     for r in rows:
         print(
             f"{r['events']:>10} {r['first_s']:>8} {r['events_per_s_first']:>9} "
             f"{r['again_s']:>8} {r['events_per_s_again']:>9} {r['bare_scan_s']:>7} "
-            f"{r['ratio_again_to_scan']:>6} {r.get('growth_again', '-'):>7}"
+            f"{r['ratio_again_to_scan']:>6} {r.get('growth_again', '-'):>7} "
+            f"{r['heap_peak_gib']:>9} {r['old_gen_peak_gib']:>8}"
         )
 
 

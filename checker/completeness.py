@@ -131,7 +131,8 @@ def _fault(event: Mapping[str, Any]) -> Any:
 def _written_tables(
     frames: RunFrames, final_catalog: Mapping[str, Any] | None, all_catalogs: Sequence[Mapping]
 ) -> set[str]:
-    """Tables that an ok txn wrote, or that a txn of unknown outcome (info) meant to write."""
+    """Tables that an ok txn wrote and, when they could matter, those a txn of unknown outcome
+    (info) meant to write."""
     facts = frames.known()
     tables = set(facts.written_ok)
     # The invokes of unknown outcomes are looked up by index, a scan of every event's ops

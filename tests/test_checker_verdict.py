@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_run, exit_code
-from checker.completeness import missing_final_reads, unhealed_faults
+from checker.completeness import missing_final_reads, required_tables, unhealed_faults
 from tests.runbuilder import common_catalog, complete_events, hlc, write_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
@@ -108,6 +108,62 @@ def test_a_table_only_an_unknown_outcome_wrote_needs_its_final_read(
     cut = _analyze(spark, tmp_path / "cut", events[:7] + events[9:])
     assert cut["valid"] == "unknown"
     assert any(e.startswith("no final read of t1;") for e in cut["errors"]), cut["errors"]
+
+
+@pytest.mark.spark
+def test_a_second_table_only_an_unknown_outcome_wrote_needs_its_final_read(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """An ok txn writes t1 and a timed-out one t2 (created at 4300 ms): the ok writes do not
+    cover the final catalog, so the timed-out txn's tables are looked up, and t2 needs its
+    final read."""
+    catalog = common_catalog()
+    last = copy.deepcopy(catalog[-1])
+    last["tables"]["t2"] = {
+        "id": 2,
+        "schema_version": 1,
+        "columns": [{"id": 1, "name": "c1", "type": "INT32", "nullable": True, "default": None}],
+        "indexes": [],
+    }
+    last.update(
+        catalog_version=6,
+        activation_ts=hlc(4300),
+        safe_ts=hlc(3800),
+        ddl="CREATE TABLE t2 (c1 INT32)",
+    )
+    catalog.append(last)
+    row = {"c1": 7}
+    timed_out = [
+        {"type": "invoke", "process": 3, "f": "txn",
+         "value": {"ops": [{"op": "w", "table": "t2", "key": 1, "row": row}]}},
+        {"type": "info", "process": 3, "f": "txn", "node": "n2", "value": {"txn_id": "b1"},
+         "error": {"code": "TIMEOUT", "message": "no reply", "retriable": False}},
+    ]  # fmt: skip
+    read_t2 = [
+        {"type": "invoke", "process": 2, "f": "final-read", "value": {"table": "t2"}},
+        {"type": "ok", "process": 2, "f": "final-read", "node": "n1", "value": {
+            "table": "t2", "ts": hlc(4500), "schema_version": 1, "rows": []}},
+    ]  # fmt: skip
+    events = complete_events()
+    cut = _analyze(spark, tmp_path / "cut", events[:2] + timed_out + events[2:], catalog=catalog)
+    assert cut["valid"] == "unknown"
+    assert any(e.startswith("no final read of t2;") for e in cut["errors"]), cut["errors"]
+    assert not any("of t1" in e for e in cut["errors"]), cut["errors"]
+    whole = _analyze(
+        spark, tmp_path / "whole", events[:2] + timed_out + events[2:] + read_t2, catalog=catalog
+    )
+    assert whole["valid"] is True, (whole["errors"], whole["anomalies"])
+
+
+def test_the_tables_a_write_requires_to_be_read() -> None:
+    """By id through a rename, none when dropped, nothing for a name no catalog had."""
+    old = {"tables": {"a": {"id": 1}, "gone": {"id": 2}}}
+    end = {"tables": {"b": {"id": 1}, "c": {"id": 3}}}
+    assert required_tables({"a", "gone", "never"}, end, [old, end]) == {"b"}
+    assert required_tables({"c"}, end, [old, end]) == {"c"}
+    assert required_tables({"a"}, None, [old]) == set()
+    assert required_tables(set(), end, [old, end]) == set()
 
 
 @pytest.mark.spark

@@ -33,12 +33,12 @@ from checker.divergence import replica_divergence
 from checker.durability import activation_order, lost_ddl, lost_write
 from checker.explain import no_anomalies
 from checker.facts import RunFacts
-from checker.frames import RunFrames, build_frames, release
+from checker.frames import RunFrames, build_frames, kept_as_rows, release
 from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
 from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
 from checker.run_facts import with_facts
-from checker.session import build_session, is_connect
+from checker.session import build_session, is_connect, local_heap_bytes
 from checker.stats import StatsOptions, compute_stats
 
 Check = Callable[[RunFrames, CatalogIndex], DataFrame]
@@ -256,7 +256,9 @@ def _analyze(
     # one partition for a small run: a single-partition input satisfies every join's and
     # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
     events = ingested.events.coalesce(1) if restore else ingested.events
-    frames = build_frames(events, cat)
+    frames = build_frames(
+        events, cat, as_rows=kept_as_rows(ingested.count, local_heap_bytes(spark))
+    )
     try:
         frames = with_facts(frames, cat.clock_free)
         unpaired = _unpaired(frames.known())

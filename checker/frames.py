@@ -61,6 +61,8 @@ class RunFrames:
 # A side of a join derived from the history is broadcast up to this many rows, shuffled beyond
 # (a broadcast that grows with the history ran out of driver memory at 10^6).
 MAX_BROADCAST_ROWS = 100_000
+# The heap a history's kept frames may be stored as rows in, per event (`kept_as_rows`).
+HEAP_PER_EVENT_AS_ROWS = 4096
 
 
 def bounded_broadcast(df: DataFrame, rows: int) -> DataFrame:
@@ -208,12 +210,18 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     return cat.with_enlisted_table(parts, "commit_ts")
 
 
-def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
+def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False) -> RunFrames:
     """Derive the frames from validated events (columns of checker.ingest).
 
     `completions`, `ops` and `off_participants` are kept (several checks read each, and the
-    ops are the bulk of a history); call `release` when done.
+    ops are the bulk of a history); call `release` when done. `as_rows`: keep them as rows
+    rather than serialized (`kept_as_rows` says when that pays).
     """
+    level = StorageLevel.MEMORY_AND_DISK_DESER if as_rows else StorageLevel.MEMORY_AND_DISK
+
+    def _kept(df: DataFrame) -> DataFrame:
+        return kept(df, level)
+
     client = events.where(F.col("process").rlike(CLIENT_PROCESS))
     all_completions = _kept(_paired(client))
     completions = all_completions.where(F.col("paired"))
@@ -342,13 +350,25 @@ def build_frames(events: DataFrame, cat: CatalogIndex) -> RunFrames:
     )
 
 
-def _kept(df: DataFrame) -> DataFrame:
+def kept_as_rows(events: int, heap_bytes: int | None) -> bool:
+    """Whether a history of `events` events should have its frames kept as rows, in a heap of
+    `heap_bytes` that holds the executors' storage (None: not known, or not the executors').
+
+    pyspark's MEMORY_AND_DISK is serialized: Java serialization of every row, undone on every
+    scan. As rows, a warm 10^6-event analysis took 20 s instead of 25-26 s (8 GiB heap), but the
+    rows take more memory: at 3 * 10^6 events in 6 GiB the two were alike, and in 2 GiB at 10^6
+    or 6 GiB at 10^7 the rows were slower (34 s against 30 s, 177 s against 131 s). So rows
+    only where the heap leaves twice the room they needed to break even."""
+    return heap_bytes is not None and events * HEAP_PER_EVENT_AS_ROWS <= heap_bytes
+
+
+def kept(df: DataFrame, level: StorageLevel) -> DataFrame:
     """`df` computed once, on first use, and read back by every later plan. A local checkpoint
     rather than a cache: the frame's plan becomes one leaf, so each check built on it is analysed
     and optimised without its derivation (a cached plan is still matched against the cache's
     entries), about 10% of a cold analysis. Its blocks live on the executors; losing one fails
     the analysis where a cache would recompute."""
-    return df.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    return df.localCheckpoint(eager=False, storageLevel=level)
 
 
 def release(frames: RunFrames) -> None:

@@ -196,6 +196,17 @@ def _jvm_answers() -> bool:
     return True
 
 
+def local_heap_bytes(spark: SparkSession) -> int | None:
+    """The heap that holds the executors' storage when they run in the driver's JVM (a classic
+    session on `local[...]`); None otherwise (Connect, or a cluster's executors elsewhere)."""
+    if is_connect(spark) or not (spark.sparkContext.master or "").startswith("local"):
+        return None
+    try:
+        return int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())  # type: ignore[union-attr]
+    except Exception:  # py4j: the JVM is gone; the caller takes the safe default
+        return None
+
+
 def is_connect(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect session (pyspark gives those their own class)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -187,3 +187,53 @@ def test_the_checks_split_over_unions_give_what_one_union_gives(
     assert {a["class"] for a in seen[0]["anomalies"]} == {"ap-violation", "mixed-schema-commit"}
     assert seen[0]["stats"]["latency"], "the statistics were not computed"
     assert seen[1] == seen[0] and seen[2] == seen[0]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", ["mixed-schema-commit", "lost-write", "index-orphan"])
+def test_frames_kept_as_rows_or_serialized_give_the_same_results(
+    case: str,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """How the kept frames are stored (as rows in a heap with room, else serialized) changes
+    only the time: the same anomalies, counts, statistics and errors either way. The levels
+    each analysis used are recorded, so the test fails if both took the same path."""
+    from pyspark import StorageLevel
+
+    import checker.analyze as analyze
+    import checker.frames as frames
+
+    levels: list[StorageLevel] = []
+    real_kept = frames.kept
+
+    def recording(df, level):  # type: ignore[no-untyped-def]
+        levels.append(level)
+        return real_kept(df, level)
+
+    monkeypatch.setattr(frames, "kept", recording)
+    run = make_run(case, tmp_path / "run")
+    seen = []
+    for heap in (analyze.local_heap_bytes(spark), None):  # this session's heap, then unknown
+        monkeypatch.setattr(analyze, "local_heap_bytes", lambda _s, h=heap: h)
+        levels.clear()
+        results = analyze_run(run, spark=spark)
+        results["stats"].pop("analysis_s")
+        seen.append((results, {str(level) for level in levels}))
+    (as_rows, rows_levels), (serialized, serialized_levels) = seen
+    assert rows_levels == {str(StorageLevel.MEMORY_AND_DISK_DESER)}
+    assert serialized_levels == {str(StorageLevel.MEMORY_AND_DISK)}
+    assert as_rows["valid"] is False and as_rows["stats"]["latency"]
+    assert serialized == as_rows
+
+
+def test_frames_are_kept_as_rows_only_in_a_known_heap_with_room() -> None:
+    from checker.frames import HEAP_PER_EVENT_AS_ROWS, kept_as_rows
+
+    heap = 6 * 2**30
+    fits = heap // HEAP_PER_EVENT_AS_ROWS
+    assert kept_as_rows(fits, heap) and kept_as_rows(0, heap)
+    assert not kept_as_rows(fits + 1, heap)
+    assert not kept_as_rows(10, None)  # Connect, or executors in other JVMs
+    assert kept_as_rows(1_000_000, 6 * 2**30) and not kept_as_rows(10_000_000, 6 * 2**30)

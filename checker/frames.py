@@ -61,7 +61,7 @@ class RunFrames:
 # A side of a join derived from the history is broadcast up to this many rows, shuffled beyond
 # (a broadcast that grows with the history ran out of driver memory at 10^6).
 MAX_BROADCAST_ROWS = 100_000
-# The heap a history's kept frames may be stored as rows in, per event (`kept_as_rows`).
+# Bytes of heap per event from which a history's kept frames are stored as rows (`kept_as_rows`).
 HEAP_PER_EVENT_AS_ROWS = 4096
 
 
@@ -356,9 +356,9 @@ def kept_as_rows(events: int, heap_bytes: int | None) -> bool:
 
     pyspark's MEMORY_AND_DISK is serialized: Java serialization of every row, undone on every
     scan. As rows, a warm 10^6-event analysis took 20 s instead of 25-26 s (8 GiB heap), but the
-    rows take more memory: at 3 * 10^6 events in 6 GiB the two were alike, and in 2 GiB at 10^6
-    or 6 GiB at 10^7 the rows were slower (34 s against 30 s, 177 s against 131 s). So rows
-    only where the heap leaves twice the room they needed to break even."""
+    rows take more memory: with about 2 KiB of heap per event they were no faster (3 * 10^6 in
+    6 GiB) or slower (10^6 in 2 GiB: 34 s against 30 s; 10^7 in 6 GiB: 177 s against 131 s).
+    So rows only from twice that room (nothing was measured between 2 and 6 KiB)."""
     return heap_bytes is not None and events * HEAP_PER_EVENT_AS_ROWS <= heap_bytes
 
 
@@ -367,7 +367,7 @@ def kept(df: DataFrame, level: StorageLevel) -> DataFrame:
     rather than a cache: the frame's plan becomes one leaf, so each check built on it is analysed
     and optimised without its derivation (a cached plan is still matched against the cache's
     entries), about 10% of a cold analysis. Its blocks live on the executors; losing one fails
-    the analysis where a cache would recompute."""
+    the analysis where a cache would recompute. `level`: rows or serialized (`kept_as_rows`)."""
     return df.localCheckpoint(eager=False, storageLevel=level)
 
 

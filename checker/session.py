@@ -196,13 +196,23 @@ def _jvm_answers() -> bool:
     return True
 
 
+def executors_in_driver(master: str) -> bool:
+    """Whether `master` runs the executors inside the driver's JVM (`local`, `local[n]`,
+    `local[n,f]`), not in JVMs of their own (`local-cluster[...]`, a cluster)."""
+    return master == "local" or master.startswith("local[")
+
+
 def local_heap_bytes(spark: SparkSession) -> int | None:
     """The heap that holds the executors' storage when they run in the driver's JVM (a classic
-    session on `local[...]`); None otherwise (Connect, or a cluster's executors elsewhere)."""
-    if is_connect(spark) or not (spark.sparkContext.master or "").startswith("local"):
+    session on `local` or `local[...]`); None otherwise (Connect, or executors in JVMs of their
+    own: a cluster's, or `local-cluster[...]`'s)."""
+    if is_connect(spark) or not executors_in_driver(spark.sparkContext.master or ""):
+        return None
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
         return None
     try:
-        return int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())  # type: ignore[union-attr]
+        return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
     except Exception:  # py4j: the JVM is gone; the caller takes the safe default
         return None
 

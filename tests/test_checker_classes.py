@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from checker.analyze import CLASSES, AnalyzeOptions, analyze_run, analyze_runs, exit_code
 from tests.spark_session import spark  # noqa: F401  (session fixture)
@@ -191,15 +191,19 @@ def test_the_checks_split_over_unions_give_what_one_union_gives(
 
 @pytest.mark.spark
 @pytest.mark.parametrize("case", ["mixed-schema-commit", "lost-write", "index-orphan"])
+@pytest.mark.parametrize("small_input_events", [30_000, 0], ids=["small-input", "full-plans"])
 def test_frames_kept_as_rows_or_serialized_give_the_same_results(
     case: str,
+    small_input_events: int,
     tmp_path: Path,
     spark: SparkSession,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """How the kept frames are stored (as rows in a heap with room, else serialized) changes
     only the time: the same anomalies, counts, statistics and errors either way. The levels
-    each analysis used are recorded, so the test fails if both took the same path."""
+    each analysis used are recorded, so the test fails if both took the same path. Both in the
+    small-input mode these histories get and in the plans a large history gets (codegen,
+    adaptive execution, several partitions)."""
     from pyspark import StorageLevel
 
     import checker.analyze as analyze
@@ -208,7 +212,7 @@ def test_frames_kept_as_rows_or_serialized_give_the_same_results(
     levels: list[StorageLevel] = []
     real_kept = frames.kept
 
-    def recording(df, level):  # type: ignore[no-untyped-def]
+    def recording(df: DataFrame, level: StorageLevel) -> DataFrame:
         levels.append(level)
         return real_kept(df, level)
 
@@ -218,7 +222,8 @@ def test_frames_kept_as_rows_or_serialized_give_the_same_results(
     for heap in (analyze.local_heap_bytes(spark), None):  # this session's heap, then unknown
         monkeypatch.setattr(analyze, "local_heap_bytes", lambda _s, h=heap: h)
         levels.clear()
-        results = analyze_run(run, spark=spark)
+        options = AnalyzeOptions(small_input_events=small_input_events)
+        results = analyze_run(run, spark=spark, options=options)
         results["stats"].pop("analysis_s")
         seen.append((results, {str(level) for level in levels}))
     (as_rows, rows_levels), (serialized, serialized_levels) = seen
@@ -229,6 +234,7 @@ def test_frames_kept_as_rows_or_serialized_give_the_same_results(
 
 
 def test_frames_are_kept_as_rows_only_in_a_known_heap_with_room() -> None:
+    """4 KiB of heap per event, in a heap known to hold the executors' storage."""
     from checker.frames import HEAP_PER_EVENT_AS_ROWS, kept_as_rows
 
     heap = 6 * 2**30
@@ -236,4 +242,15 @@ def test_frames_are_kept_as_rows_only_in_a_known_heap_with_room() -> None:
     assert kept_as_rows(fits, heap) and kept_as_rows(0, heap)
     assert not kept_as_rows(fits + 1, heap)
     assert not kept_as_rows(10, None)  # Connect, or executors in other JVMs
-    assert kept_as_rows(1_000_000, 6 * 2**30) and not kept_as_rows(10_000_000, 6 * 2**30)
+    assert kept_as_rows(1_000_000, heap)
+    assert not kept_as_rows(3_000_000, heap) and not kept_as_rows(10_000_000, heap)
+
+
+def test_only_local_masters_keep_the_executors_in_the_drivers_heap() -> None:
+    """local-cluster's executors have JVMs of their own: the driver's heap says nothing of
+    theirs."""
+    from checker.session import executors_in_driver
+
+    assert all(executors_in_driver(m) for m in ("local", "local[2]", "local[*]", "local[2,3]"))
+    others = ("local-cluster[2,1,1024]", "spark://h:7077", "yarn", "localhost", "")
+    assert not any(executors_in_driver(m) for m in others)

@@ -261,23 +261,22 @@ def _analyze(
     )
     try:
         frames = with_facts(frames, cat.clock_free)
-        unpaired = _unpaired(frames.known())
-        if unpaired:
-            errors.append(unpaired)
+        errors.extend(e for e in (_unpaired(frames.known()), _reinvoked(frames.known())) if e)
         if frames.known().ok == 0:
             errors.append("no client operation completed: the run did not get going (setup?)")
             result = _unknown(errors, started)
             result["stats"]["events"] = ingested.count
             return result
         # An incomplete history can still prove an anomaly, never validity (history.md).
-        completeness = check_completeness(frames, cat.lines[-1] if cat.lines else None, cat.lines)
+        completeness = check_completeness(
+            frames, cat.lines[-1] if cat.lines else None, cat.lines, cat.clock_free
+        )
         errors.extend(completeness.errors)
         not_applicable = [c.name for c in CHECKS if c.needs_clock and clock == "none"]
-        # copies per node are compared when the target declares them or the final reads of
-        # some table were taken on two nodes (then they must agree on any target)
+        # copies per node are compared only where the target declares them (anomalies.md):
+        # elsewhere two nodes' final reads may differ by design (a stale standby's)
         caps = run.get("capabilities")
-        declared = isinstance(caps, list) and PER_NODE_COPIES in caps
-        if not (declared or completeness.reads_on_two_nodes):
+        if not (isinstance(caps, list) and PER_NODE_COPIES in caps):
             not_applicable.append("replica-divergence")
         applicable = [c for c in CHECKS if c.name not in not_applicable]
         anomalies, per_class, found_stats = _judge(frames, cat, applicable, run, options)
@@ -315,6 +314,17 @@ def _unpaired(facts: RunFacts) -> str | None:
         f"and f (first: index {facts.first_unpaired}); whatever pairs an op with its invoke "
         "(latencies, rates, DDL acks, probes, stale-schema-read, incompatible-commit) leaves "
         "them out"
+    )
+
+
+def _reinvoked(facts: RunFacts) -> str | None:
+    """A sentence naming the invokes that follow an `info` of the same process, or None."""
+    if not facts.reinvoked:
+        return None
+    return (
+        f"history.jsonl: {facts.reinvoked} invoke(s) by a process whose previous op ended in "
+        f"info (first: index {facts.first_reinvoked}); a process whose op ended in info never "
+        "invokes again (history.md, Events), so this history breaks the contract"
     )
 
 

@@ -108,7 +108,8 @@ class IntervalLookup:
         x_, b_, lo_, hi_, k_ = f"_x{n}", f"_b{n}", f"_lo{n}", f"_hi{n}", f"_k{n}"
         left = df.selectExpr("*", f"{ref(x).text} as {x_}", f"{self._bucket_sql(x)} as {b_}l")
         right_cols = [f"_b as {b_}", f"_lo as {lo_}", f"_hi as {hi_}", *self.payload_names]
-        cond = f"{b_}l = {b_} and {x_} >= {lo_} and {x_} < {hi_}"
+        # the last interval ends at MAX_TS and holds it: a ts of 2^63 - 1 is legal (an int64)
+        cond = f"{b_}l = {b_} and {x_} >= {lo_} and ({x_} < {hi_} or {hi_} = {MAX_TS}L)"
         if self.keyed:
             if key is None:
                 raise ValueError("a keyed lookup needs its key column")

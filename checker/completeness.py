@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from checker.facts import LastWrite
 from checker.frames import RunFrames
 from checker.ingest import CLIENT_PROCESS
 
@@ -32,12 +33,13 @@ class Completeness:
 
     errors: tuple[str, ...]
     undecided_tables: frozenset[str]
-    # some table has ok final reads on two nodes: copies per node can be compared
-    reads_on_two_nodes: bool = False
 
 
 def check_completeness(
-    frames: RunFrames, final_catalog: Mapping[str, Any] | None, all_catalogs: Sequence[Mapping]
+    frames: RunFrames,
+    final_catalog: Mapping[str, Any] | None,
+    all_catalogs: Sequence[Mapping],
+    clock_free: bool = False,
 ) -> Completeness:
     """Everything "A complete history" requires, each missing part as one sentence."""
     errors: list[str] = []
@@ -50,12 +52,12 @@ def check_completeness(
     reads = facts.final_reads
     missing, undecided = missing_final_reads(written, reads, final_catalog, all_catalogs)
     errors.extend(missing)
-    nodes: dict[str, set[str]] = {}
-    for r in reads:
-        if r["type"] == "ok" and r["index_name"] is None and r["table"] is not None:
-            nodes.setdefault(r["table"], set()).add(str(r["node"]))
-    two = any(len(n) >= 2 for n in nodes.values())
-    return Completeness(tuple(errors), frozenset(undecided), two)
+    early, early_tables = early_final_reads(
+        facts.last_writes, reads, final_catalog, all_catalogs, clock_free
+    )
+    errors.extend(early)
+    undecided |= early_tables
+    return Completeness(tuple(errors), frozenset(undecided))
 
 
 def _open_invokes(frames: RunFrames) -> str | None:
@@ -157,13 +159,71 @@ def required_tables(
 ) -> set[str]:
     """The tables of the final catalog whose id some written name ever had (a rename is
     followed; a dropped table is not required)."""
+    return set(final_names(written, final_catalog, all_catalogs))
+
+
+def final_names(
+    written: Iterable[str], final_catalog: Mapping[str, Any] | None, all_catalogs: Sequence[Mapping]
+) -> dict[str, set[str]]:
+    """Each table of the final catalog whose id some written name ever had, with those names."""
     tables = (final_catalog or {}).get("tables") or {}
     name_of_id = {int(t["id"]): name for name, t in tables.items()}
     ids_of_name: dict[str, set[int]] = {}
     for line in all_catalogs:
         for name, t in (line.get("tables") or {}).items():
             ids_of_name.setdefault(name, set()).add(int(t["id"]))
-    return {name_of_id[i] for w in written for i in ids_of_name.get(w, ()) if i in name_of_id}
+    out: dict[str, set[str]] = {}
+    for w in written:
+        for i in ids_of_name.get(w, ()):
+            if i in name_of_id:
+                out.setdefault(name_of_id[i], set()).add(w)
+    return out
+
+
+def early_final_reads(
+    last_writes: Sequence[LastWrite],
+    reads: Sequence[Mapping[str, Any]],
+    final_catalog: Mapping[str, Any] | None,
+    all_catalogs: Sequence[Mapping[str, Any]],
+    clock_free: bool,
+) -> tuple[list[str], set[str]]:
+    """Errors for each table whose latest ok final read is not after every acknowledged write
+    to it: by timestamp (commit_ts < the read's ts, as lost-write compares them), or on a
+    clock-free run by real time (the write completed before the read was invoked). lost-write
+    leaves such a write out, so the table is undecided rather than valid."""
+    by_name = {w.table: w for w in last_writes}
+    latest: dict[str, Mapping[str, Any]] = {}
+    for r in reads:  # in index order
+        if r["type"] == "ok" and r.get("index_name") is None and r.get("table") is not None:
+            latest[str(r["table"])] = r
+    errors: list[str] = []
+    undecided: set[str] = set()
+    for table, names in sorted(final_names(by_name, final_catalog, all_catalogs).items()):
+        read = latest.get(table)
+        if read is None:
+            continue  # missing_final_reads names it
+        writes = [by_name[n] for n in names]
+        if clock_free:
+            last = max(writes, key=lambda w: w.index)
+            early = read["invoke_index"] is not None and last.index >= read["invoke_index"]
+            when = f"invoked before acknowledged write #{last.index} completed"
+        else:
+            stamped = [(w.commit_ts, w.commit_index) for w in writes if w.commit_ts is not None]
+            if not stamped or read["ts"] is None:
+                continue
+            commit_ts, index = max(stamped, key=lambda x: x[0])
+            early = commit_ts >= read["ts"]
+            when = (
+                f"at ts {read['ts']}, not after acknowledged write #{index} committed at "
+                f"ts {commit_ts}"
+            )
+        if early:
+            undecided.add(table)
+            errors.append(
+                f"final read of {table} (index {read['index']}) was {when}: history.md asks for "
+                f"a final read after every acknowledged write; lost-write of {table} is undecided"
+            )
+    return errors, undecided
 
 
 def missing_final_reads(

@@ -88,6 +88,7 @@ def _light(client: DataFrame) -> DataFrame:
         v.tables.alias("tables"),
         v.ts.alias("v_ts"),
         v.table.alias("v_table"),
+        v.index.alias("v_ix"),
         v.catalog_version.alias("catalog_version"),
         v.table_schema_version.alias("table_sv"),
         v.activation_ts.alias("activation_ts"),
@@ -103,11 +104,13 @@ def _paired(client: DataFrame) -> DataFrame:
     w = Window.partitionBy("process").orderBy("index")
     # one lag of a struct: the window evaluates one function per row instead of eight
     prev = F.lag(
-        F.struct("type", "f", "index", "time", "v_ts", "v_table", "v_stmt", "v_kind")
+        F.struct("type", "f", "index", "time", "v_ts", "v_table", "v_ix", "v_stmt", "v_kind")
     ).over(w)
     lagged = (
         _light(client)
-        .select("*", prev.alias("_p"))
+        # the event before the invoke: an `info` there means the process invoked again after
+        # an op of unknown outcome, which the contract forbids (history.md, Events)
+        .select("*", prev.alias("_p"), F.lag("type", 2).over(w).alias("_ppt"))
         .select(
             "*",
             F.col("_p.type").alias("_pt"),
@@ -116,6 +119,7 @@ def _paired(client: DataFrame) -> DataFrame:
             F.col("_p.time").alias("invoke_time"),
             F.col("_p.v_ts").alias("asked_ts"),
             F.col("_p.v_table").alias("invoke_table"),
+            F.col("_p.v_ix").alias("invoke_ix"),
             F.col("_p.v_stmt").alias("invoke_stmt"),
             F.col("_p.v_kind").alias("invoke_kind"),
         )
@@ -124,8 +128,9 @@ def _paired(client: DataFrame) -> DataFrame:
     return (
         lagged.where(F.col("type").isin(*COMPLETION_TYPES))
         .withColumn("paired", F.coalesce(paired, F.lit(False)))
+        .withColumn("after_info", F.col("paired") & (F.col("_ppt") == "info").eqNullSafe(True))
         .withColumn("latency_ns", F.col("time") - F.col("invoke_time"))
-        .drop("_p", "_pt", "_pf")
+        .drop("_p", "_pt", "_pf", "_ppt")
     )
 
 

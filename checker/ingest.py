@@ -37,7 +37,7 @@ META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 # raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -50,7 +50,7 @@ CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
 # foreign harness's own events) are not a client's, and a client operation from one breaks the
 # contract
-CLIENT_PROCESS = r"^[0-9]+$"
+CLIENT_PROCESS = r"^-?[0-9]+$"
 L = T.LongType()
 S = T.StringType()
 
@@ -112,6 +112,40 @@ LINE_SCHEMA = _struct(
     # the contract says int, an integer beyond 64 bits): without it the field is just null
     (CORRUPT, S),
 )
+
+
+# The value fields the contract types for each client event (history.md, by f and type), for
+# telling a mistyped contract field from a mistyped extra one: LINE_SCHEMA types the union of
+# every kind's value fields, so an extra field of a txn that a probe's contract types (`ts`)
+# fails the parse as well, and extra fields are allowed everywhere. A kind not listed types no
+# value field (a probe's fail, any final-read but ok).
+_DDL = ("stmt", "table", "kind")
+_TXN = ("ops", "txn_id", "begin_ts", "commit_ts", "tables", "participants")
+CONTRACT_VALUE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ddl", "invoke"): _DDL,
+    ("ddl", "ok"): (*_DDL, "catalog_version", "activation_ts"),
+    ("ddl", "fail"): _DDL,
+    ("ddl", "info"): _DDL,
+    ("txn", "invoke"): ("ops",),
+    ("txn", "ok"): _TXN,
+    ("txn", "fail"): _TXN,
+    ("txn", "info"): _TXN,
+    ("probe", "invoke"): ("table", "ts"),
+    ("probe", "ok"): ("ts", "catalog_version", "table_schema_version", "columns"),
+    ("final-read", "ok"): ("table", "index", "ts", "schema_version", "rows", "entries"),
+}
+
+
+def _contract_schema(fields: tuple[str, ...]) -> T.StructType:
+    """LINE_SCHEMA with only the value `fields` (no value at all when there are none)."""
+    value = T.StructType([x for x in VALUE_SCHEMA.fields if x.name in fields])
+    return T.StructType(
+        [
+            T.StructField("value", value, True) if x.name == "value" else x
+            for x in LINE_SCHEMA
+            if x.name != "value" or fields
+        ]
+    )
 
 
 # the recorder's columns: the parsed line without its parse-error column
@@ -261,6 +295,7 @@ def _read_columnar(spark: SparkSession, path: Path) -> DataFrame:
             pos,
             F.when(is_client, F.col("value")).alias("v"),
             F.when(~is_client, F.col("value_json")).alias("value_json"),
+            F.lit(False).alias("_mistyped"),  # typed as it was recorded
         )
     )
 
@@ -285,8 +320,33 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
         "_pos",
         F.when(is_client, F.col("e.value")).alias("v"),
         F.when(~is_client, F.get_json_object("value", "$.value")).alias("value_json"),
+        _mistyped(F.col(f"e.{CORRUPT}"), F.col("e.f"), F.col("e.type")).alias("_mistyped"),
     )
     return _typed(with_value)
+
+
+def _mistyped(corrupt: Column, f: Column, type_: Column) -> Column:
+    """Whether a line that failed the parse (`corrupt` is its text) fails it on a field the
+    contract types for its own f and type: parsed again, only then, with those fields alone."""
+    kinds: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for kind, fields in CONTRACT_VALUE_FIELDS.items():
+        kinds.setdefault(fields, []).append(kind)
+    kinds.setdefault((), [])  # every other kind: index, time and error alone
+    again: Column | None = None
+    for fields, of in kinds.items():
+        reparsed = F.from_json(
+            corrupt,
+            _contract_schema(fields),
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+        )
+        bad = reparsed.getField(CORRUPT).isNotNull()
+        if not of:
+            again = bad if again is None else again.otherwise(bad)
+            continue
+        match = functools.reduce(lambda a, b: a | b, [(f == kf) & (type_ == kt) for kf, kt in of])
+        again = F.when(match, bad) if again is None else again.when(match, bad)
+    assert again is not None
+    return F.when(corrupt.isNotNull(), again).otherwise(F.lit(False))
 
 
 def _typed(with_value: DataFrame) -> DataFrame:
@@ -335,7 +395,7 @@ def _problem_expr() -> Column:
             "type: nemesis events are info",
         ),
         (
-            client & F.col(f"e.{CORRUPT}").isNotNull(),
+            client & F.col("_mistyped"),
             "a field is not of its contract type (a string or fraction where an integer is "
             "required, or an integer beyond 64 bits)",
         ),

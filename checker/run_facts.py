@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from checker.facts import Ack, RunFacts
+from checker.facts import Ack, LastWrite, RunFacts
 from checker.frames import RunFrames
 from checker.ingest import CLIENT_PROCESS
 
@@ -63,10 +63,24 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
         F.min(F.when(~paired, F.col("index"))).alias("index"),
         F.max(F.when(F.col("f") != "final-read", F.col("time"))).alias("time"),
     )
+    reinvoked = all_completions.where(F.col("after_info")).agg(
+        F.count(F.lit(1)).alias("n1"), F.min("invoke_index").alias("index")
+    )
     nemesis = events.where(F.col("process") == "nemesis")
-    reads = events.where((F.col("f") == "final-read") & ~invoke & client)
+    # A failed final read need not repeat its table: its invoke names it. An ok one is what
+    # its own value says (the contract gives the final read's invoke no fields).
+    reads = all_completions.where(F.col("f") == "final-read")
+    failed = (F.col("type") != "ok") & F.col("paired")
+    # per table name: the last commit and the last completion of its acknowledged writes, to
+    # tell a final read taken before them (history.md: "after every acknowledged write")
     written = (
-        ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d")).select("table").distinct()
+        ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
+        .groupBy("table")
+        .agg(
+            F.max("commit_ts").alias("n1"),
+            F.max("index").alias("n2"),
+            F.max_by("index", "commit_ts").alias("n3"),
+        )
     )
     parts = [
         _shape(ev, "ev", n1=F.col("n1"), n2=F.col("n2"), n3=F.col("n3")),
@@ -79,6 +93,7 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
             index=F.col("index"),
             time=F.col("time"),
         ),
+        _shape(reinvoked, "reinvoked", n1=F.col("n1"), index=F.col("index")),
         _shape(
             nemesis,
             "nemesis",
@@ -93,9 +108,11 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
             index=F.col("index"),
             type=F.col("type"),
             node=F.col("node"),
-            table=F.col("value.table"),
-            index_name=F.col("value.index"),
-            code=F.col("error.code"),
+            table=F.coalesce("v_table", F.when(failed, F.col("invoke_table"))),
+            index_name=F.coalesce("v_ix", F.when(failed, F.col("invoke_ix"))),
+            code=F.col("error_code"),
+            n1=F.col("v_ts"),
+            n2=F.when(F.col("paired"), F.col("invoke_index")),
         ),
         _shape(
             frames.ddls,
@@ -107,7 +124,7 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
             text=F.col("stmt"),
         ),
         _shape(frames.txns.where(F.col("type") == "info"), "info", index=F.col("invoke_index")),
-        _shape(written, "wrote", table=F.col("table")),
+        _shape(written, "wrote", table=F.col("table"), **{n: F.col(n) for n in ("n1", "n2", "n3")}),
     ]
     if not clock_free:  # participants are placed in the catalog only with a clock
         off = (
@@ -130,6 +147,7 @@ def parse_facts(rows: list[Any]) -> RunFacts:
         by_kind.setdefault(str(r["kind"]), []).append(r)
     ev = by_kind["ev"][0]
     co = by_kind["co"][0]
+    reinvoked = by_kind["reinvoked"][0]
     nemesis = sorted(by_kind.get("nemesis", []), key=lambda r: int(r["index"]))
     reads = sorted(by_kind.get("read", []), key=lambda r: int(r["index"]))
     acks = sorted(by_kind.get("ack", []), key=lambda r: int(r["index"]))
@@ -139,6 +157,8 @@ def parse_facts(rows: list[Any]) -> RunFacts:
         ok=int(co["n2"] or 0),
         unpaired=int(co["n3"] or 0),
         first_unpaired=None if co["index"] is None else int(co["index"]),
+        reinvoked=int(reinvoked["n1"] or 0),
+        first_reinvoked=None if reinvoked["index"] is None else int(reinvoked["index"]),
         end_time=int(ev["n3"] or 0),
         workload_start=None if ev["n2"] is None else int(ev["n2"]),
         workload_end=None if co["time"] is None else int(co["time"]),
@@ -154,6 +174,8 @@ def parse_facts(rows: list[Any]) -> RunFacts:
                 "table": r["table"],
                 "index_name": r["index_name"],
                 "code": r["code"],
+                "ts": None if r["n1"] is None else int(r["n1"]),
+                "invoke_index": None if r["n2"] is None else int(r["n2"]),
             }
             for r in reads
         ),
@@ -169,6 +191,16 @@ def parse_facts(rows: list[Any]) -> RunFacts:
         ),
         info_txn_invokes=tuple(sorted(int(r["index"]) for r in by_kind.get("info", []))),
         written_ok=frozenset(str(r["table"]) for r in by_kind.get("wrote", []) if r["table"]),
+        last_writes=tuple(
+            LastWrite(
+                str(r["table"]),
+                None if r["n1"] is None else int(r["n1"]),
+                None if r["n3"] is None else int(r["n3"]),
+                int(r["n2"]),
+            )
+            for r in sorted(by_kind.get("wrote", []), key=lambda r: str(r["table"]))
+            if r["table"]
+        ),
         off_ok=sum(int(r["n1"] or 0) for r in by_kind.get("off", [])),
     )
 

@@ -1,0 +1,375 @@
+"""The contract's edges, each held both ways on a small complete history (the common catalog):
+extra fields that another f's contract types, a process that invokes again after `info`, the
+largest legal timestamp, a failed final read that does not repeat its table, copies per node
+compared only where the target declares them, any index state, a negative process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from checker.analyze import AnalyzeOptions, analyze_run, exit_code
+from checker.ingest import _parse_lines
+from tests.spark_session import spark  # noqa: F401  (session fixture)
+from tests.test_checker_classes import FAST, HISTORIES, make_run
+
+SPARK_VALIDATION = AnalyzeOptions(python_validation_max_bytes=0, with_stats=False)
+PATHS = pytest.mark.parametrize("options", [FAST, SPARK_VALIDATION], ids=["python", "spark"])
+INT64_MAX = (1 << 63) - 1
+T1_COLUMNS = [
+    {"id": 1, "name": "c1", "type": "INT32", "nullable": True, "default": None},
+    {"id": 2, "name": "c2", "type": "VARCHAR(4)", "nullable": False, "default": "x"},
+]
+MISTYPED = "a field is not of its contract type"
+
+
+def _txn_ok(i: int, process: int, key: int, ts: int, sv: int = 4) -> dict[str, Any]:
+    op = {"op": "w", "table": "t1", "key": key, "row": {"c1": key, "c2": "a"}}
+    return {
+        "index": i,
+        "time": 5_001_000_000 + i,
+        "type": "ok",
+        "process": process,
+        "f": "txn",
+        "node": "n1",
+        "value": {
+            "txn_id": f"x{i}",
+            "begin_ts": ts,
+            "commit_ts": ts + 10,
+            "ops": [{**op, "op_ts": ts + 1, "node": "n1", "schema_version": sv, "result": None}],
+            "tables": {"t1": {"base_ts": ts, "schema_version": sv}},
+            "participants": [
+                {"node": "n1", "table": "t1", "partition": 0, "commit_schema_version": sv}
+            ],
+        },
+    }
+
+
+def _invoke(i: int, process: int, f: str, value: dict[str, Any]) -> dict[str, Any]:
+    return {"index": i, "time": 5_000_000_000 + i, "type": "invoke", "process": process, "f": f,
+            "value": value}  # fmt: skip
+
+
+def base() -> list[dict[str, Any]]:
+    """A complete, valid history: a write of key 1, a probe, the final reads of t1 and i1."""
+    write = {"op": "w", "table": "t1", "key": 1, "row": {"c1": 1, "c2": "a"}}
+    probe = {"ts": 393216000, "catalog_version": 5, "table_schema_version": 4,
+             "columns": T1_COLUMNS}  # fmt: skip
+    read = {"table": "t1", "ts": 400000000, "schema_version": 4,
+            "rows": [{"key": 1, "row": {"c1": 1, "c2": "a"}}]}  # fmt: skip
+    entries = {"table": "t1", "index": "i1", "ts": 400000000,
+               "entries": [{"key": 1, "values": {"c1": 1}}]}  # fmt: skip
+    return [
+        _invoke(0, 0, "txn", {"ops": [write]}),
+        _txn_ok(1, 0, 1, 300000000),
+        _invoke(2, 1, "probe", {"table": "t1", "ts": None}),
+        {**_invoke(3, 1, "probe", probe), "type": "ok", "node": "n2"},
+        _invoke(4, 2, "final-read", {"table": "t1"}),
+        {**_invoke(5, 2, "final-read", read), "type": "ok", "node": "n2"},
+        _invoke(6, 3, "final-read", {"table": "t1", "index": "i1"}),
+        {**_invoke(7, 3, "final-read", entries), "type": "ok", "node": "n2"},
+    ]
+
+
+def write_run(
+    dest: Path, events: list[dict[str, Any]], run_changes: dict[str, Any] | None = None
+) -> Path:
+    run = make_run("common", dest)
+    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    if run_changes:
+        meta = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**meta, **run_changes}))
+    return run
+
+
+def judge(run: Path, session: SparkSession, options: AnalyzeOptions = FAST) -> dict[str, Any]:
+    return analyze_run(run, spark=session, options=options)
+
+
+def classes(results: dict[str, Any]) -> set[str]:
+    return {a["class"] for a in results["anomalies"]}
+
+
+@pytest.mark.spark
+@PATHS
+def test_the_base_history_is_valid(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    results = judge(write_run(tmp_path / "run", base()), spark, options)
+    assert results["valid"] is True and results["errors"] == [], results
+
+
+@pytest.mark.spark
+@PATHS
+def test_an_extra_field_that_another_fs_contract_types_is_allowed(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    """`ts` is a probe's integer, `rows` a final read's list, `schema_version` an op's integer:
+    as extra fields of a txn, a probe and a txn invoke they may hold anything."""
+    events = base()
+    events[1]["value"]["ts"] = "2024-01-01T00:00:00Z"
+    events[3]["value"]["rows"] = "none"
+    events[0]["value"]["schema_version"] = "latest"
+    results = judge(write_run(tmp_path / "run", events), spark, options)
+    assert results["valid"] is True and results["errors"] == [], results
+
+
+@pytest.mark.spark
+def test_spark_flags_a_mistyped_field_of_the_lines_own_contract_only(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """The per-line check big histories get: the same kind of value is an error in the field
+    the line's f types and allowed in an extra field."""
+    events = base()
+    lines = [
+        {**events[1], "value": {**events[1]["value"], "ts": "soon"}},  # extra: allowed
+        {**events[1], "value": {**events[1]["value"], "commit_ts": "soon"}},  # contract: not
+        {**events[3], "value": {**events[3]["value"], "rows": 7}},  # extra: allowed
+        {**events[3], "value": {**events[3]["value"], "ts": "soon"}},  # contract: not
+        {**events[5], "value": {**events[5]["value"], "rows": "all"}},  # contract: not
+        # the contract types a field per f and type: an extra on another type of the same f
+        {**events[5], "type": "fail", "value": {"ts": "2024-01-01"}},  # a final read's fail
+        {**events[0], "f": "ddl", "value": {"stmt": "DROP TABLE t1", "activation_ts": "soon"}},
+        {**events[0], "f": "ddl", "type": "ok", "value": {"activation_ts": "soon"}},
+        {**events[0], "value": {**events[0]["value"], "commit_ts": "soon"}},  # a txn invoke's
+        {**events[2], "value": {"table": "t1", "ts": "soon"}},  # a probe invoke's ts: typed
+    ]
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(json.dumps({**e, "index": i}) + "\n" for i, e in enumerate(lines)))
+    problems = [r["_problem"] for r in _parse_lines(spark, path).orderBy("index").collect()]
+    flagged = [p is not None and MISTYPED in p for p in problems]
+    assert flagged == [False, True, False, True, True, False, False, True, False, True]
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_lost_write_is_found_through_a_colliding_extra_field(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    """The parse keeps the rest of a value whose extra field has another f's type."""
+    plain = judge(make_run("lost-write", tmp_path / "plain"), spark, options)
+    run = make_run("lost-write", tmp_path / "extra")
+    events = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+    for e in events:
+        if e["f"] == "txn" and e["type"] == "ok":
+            e["value"]["ts"] = "later"
+    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    results = judge(run, spark, options)
+    assert "lost-write" in classes(plain)
+    assert results["anomalies"] == plain["anomalies"] and results["valid"] == plain["valid"]
+
+
+def _after_info(second_process: int) -> list[dict[str, Any]]:
+    """Process 0's write of key 2 ends in `info`; then `second_process` writes key 1."""
+    write2 = {"op": "w", "table": "t1", "key": 2, "row": {"c1": 2, "c2": "b"}}
+    info = {**_invoke(1, 0, "txn", {}), "type": "info", "node": "n1",
+            "error": {"code": "TIMEOUT", "message": "timed out", "retriable": True}}  # fmt: skip
+    events = base()
+    return [
+        _invoke(0, 0, "txn", {"ops": [write2]}),
+        info,
+        {**events[0], "index": 2, "process": second_process},
+        {**_txn_ok(3, 0, 1, 300000000), "process": second_process},
+        *({**e, "index": e["index"] + 2} for e in events[2:]),
+    ]
+
+
+@pytest.mark.spark
+def test_an_invoke_after_info_by_the_same_process_breaks_the_contract(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    reused = judge(write_run(tmp_path / "reused", _after_info(0)), spark)
+    assert reused["valid"] == "unknown" and exit_code(reused) == 2, reused
+    assert len(reused["errors"]) == 1 and "info (first: index 2)" in reused["errors"][0]
+    # the near miss: the workload's way, a new process after the info
+    fresh = judge(write_run(tmp_path / "fresh", _after_info(9)), spark)
+    assert fresh["valid"] is True and fresh["errors"] == [], fresh
+
+
+@pytest.mark.spark
+def test_a_probe_at_the_largest_timestamp_is_judged_against_the_last_version(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    def probe(version: int) -> list[dict[str, Any]]:
+        answer = {"ts": INT64_MAX, "catalog_version": version, "table_schema_version": 4,
+                  "columns": T1_COLUMNS}  # fmt: skip
+        return [
+            _invoke(8, 10, "probe", {"table": "t1", "ts": INT64_MAX}),
+            {**_invoke(9, 10, "probe", answer), "type": "ok", "node": "n1"},
+        ]
+
+    right = judge(write_run(tmp_path / "right", [*base(), *probe(5)]), spark)
+    assert right["valid"] is True, right
+    wrong = judge(write_run(tmp_path / "wrong", [*base(), *probe(4)]), spark)
+    assert classes(wrong) == {"ap-violation"}
+    assert [a["events"] for a in wrong["anomalies"]] == [[9]]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("outcome", ["fail", "info"])
+def test_a_failed_final_read_is_named_by_its_invokes_table(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    outcome: str,
+) -> None:
+    events = base()
+    error = {"code": "TIMEOUT", "message": "timed out", "retriable": True}
+    events[5] = {**_invoke(5, 2, "final-read", {}), "type": outcome, "node": "n2", "error": error}
+    del events[5]["value"]
+    results = judge(write_run(tmp_path / "run", events), spark)
+    assert results["valid"] == "unknown"
+    assert results["errors"][0].startswith("final read of t1 failed: TIMEOUT (index 5)"), results
+
+
+def _diverging() -> list[dict[str, Any]]:
+    """n1's and n2's final reads of t1 differ on key 2, which only an `info` txn may have
+    written (so lost-write cannot tell)."""
+    write2 = {"op": "w", "table": "t1", "key": 2, "row": {"c1": 2, "c2": "b"}}
+    info = {**_invoke(3, 5, "txn", {}), "type": "info", "node": "n1",
+            "error": {"code": "TIMEOUT", "message": "timed out", "retriable": True}}  # fmt: skip
+    events = base()
+    both = [{"key": 1, "row": {"c1": 1, "c2": "a"}}, {"key": 2, "row": {"c1": 2, "c2": "b"}}]
+    on_n2 = {**events[5]["value"], "rows": both}
+    entries = {**events[7]["value"], "entries": [{"key": 1, "values": {"c1": 1}},
+                                                 {"key": 2, "values": {"c1": 2}}]}  # fmt: skip
+    return [
+        *events[:2],
+        _invoke(2, 5, "txn", {"ops": [write2]}),
+        info,
+        _invoke(4, 2, "final-read", {"table": "t1"}),
+        {**events[5], "node": "n1"},
+        _invoke(6, 6, "final-read", {"table": "t1"}),
+        {**_invoke(7, 6, "final-read", on_n2), "type": "ok", "node": "n2"},
+        {**events[6], "index": 8},
+        {**events[7], "index": 9, "value": entries},
+    ]
+
+
+@pytest.mark.spark
+def test_copies_per_node_are_compared_only_where_the_target_declares_them(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    undeclared = judge(write_run(tmp_path / "undeclared", _diverging()), spark)
+    assert undeclared["valid"] is True, undeclared
+    assert "replica-divergence" in undeclared["not_applicable"]
+    declared = judge(
+        write_run(tmp_path / "declared", _diverging(), {"capabilities": ["per-node-copies"]}),
+        spark,
+    )
+    assert classes(declared) == {"replica-divergence"}, declared
+    assert [a["events"] for a in declared["anomalies"]] == [[5, 7]]
+
+
+@pytest.mark.spark
+def test_an_index_state_the_checker_does_not_know_is_accepted(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    run = write_run(tmp_path / "run", base())
+    lines = (run / "catalog.jsonl").read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["tables"]["t1"]["indexes"].append({"name": "i3", "columns": ["c2"], "state": "READ_ONLY"})
+    (run / "catalog.jsonl").write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    results = judge(run, spark)
+    assert results["valid"] is True and results["errors"] == [], results
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_negative_process_is_a_client(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    events = base()
+    events[0]["process"] = events[1]["process"] = -1
+    results = judge(write_run(tmp_path / "run", events), spark, options)
+    assert results["valid"] is True and results["errors"] == [], results
+    assert results["anomalies"] == []
+
+
+def test_the_common_catalog_has_the_index_the_base_reads() -> None:
+    last = json.loads((HISTORIES / "common" / "catalog.jsonl").read_text().splitlines()[-1])
+    assert {"i1": "AVAILABLE"}.items() <= {i["name"]: i["state"] for i in
+                                          last["tables"]["t1"]["indexes"]}.items()  # fmt: skip
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("read_ts", "valid"), [(300000010, "unknown"), (300000011, True)])
+def test_a_final_read_not_after_every_acknowledged_commit_leaves_lost_write_undecided(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    read_ts: int,
+    valid: object,
+) -> None:
+    """The write of key 1 commits at 300000010; a final read at that very ts cannot show it
+    (lost-write compares commit_ts < ts), so it proves nothing either way."""
+    events = base()
+    events[5]["value"]["ts"] = read_ts
+    results = judge(write_run(tmp_path / "run", events), spark)
+    assert results["valid"] == valid and results["anomalies"] == [], results
+    if valid == "unknown":
+        assert results["errors"] == [
+            "final read of t1 (index 5) was at ts 300000010, not after acknowledged write #1 "
+            "committed at ts 300000010: history.md asks for a final read after every "
+            "acknowledged write; lost-write of t1 is undecided"
+        ]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("early", [True, False], ids=["invoked-before-the-ack", "after"])
+def test_a_clock_free_final_read_invoked_before_a_write_completed_is_undecided(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    early: bool,
+) -> None:
+    events = base()
+    if early:  # the final read of t1 is invoked between the txn's invoke and its ok
+        order = [events[0], events[4], events[1], events[5], *events[2:4], *events[6:]]
+        events = [{**e, "index": i} for i, e in enumerate(order)]
+    results = judge(write_run(tmp_path / "run", events, {"clock": "none"}), spark)
+    if early:
+        assert results["valid"] == "unknown", results
+        assert results["errors"][0].startswith(
+            "final read of t1 (index 3) was invoked before acknowledged write #2 completed"
+        ), results["errors"]
+    else:
+        assert results["valid"] is True and results["errors"] == [], results
+
+
+@pytest.mark.spark
+def test_the_early_read_error_names_the_write_that_committed_last(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Write #1 commits at 300000010 and completes first; write #3 completes later but commits
+    at 270000010: a final read at 300000005 misses #1, and the error must say so."""
+    events = base()
+    write2 = {"op": "w", "table": "t1", "key": 2, "row": {"c1": 2, "c2": "a"}}
+    later = [_invoke(2, 4, "txn", {"ops": [write2]}), _txn_ok(3, 4, 2, 270000000)]
+    both = [{"key": 1, "row": {"c1": 1, "c2": "a"}}, {"key": 2, "row": {"c1": 2, "c2": "a"}}]
+    rest = [{**e, "index": e["index"] + 2} for e in events[2:]]
+    rest[3]["value"] = {**rest[3]["value"], "ts": 300000005, "rows": both}
+    entries = [{"key": 1, "values": {"c1": 1}}, {"key": 2, "values": {"c1": 2}}]
+    rest[5]["value"] = {**rest[5]["value"], "entries": entries}
+    results = judge(write_run(tmp_path / "run", [*events[:2], *later, *rest]), spark)
+    assert results["valid"] == "unknown" and results["anomalies"] == [], results
+    assert results["errors"] == [
+        "final read of t1 (index 7) was at ts 300000005, not after acknowledged write #1 "
+        "committed at ts 300000010: history.md asks for a final read after every "
+        "acknowledged write; lost-write of t1 is undecided"
+    ]

@@ -49,7 +49,11 @@ class RunFacts:
     final_reads: tuple[dict[str, Any], ...]
     acks: tuple[Ack, ...]  # in index order
     info_txn_invokes: tuple[int, ...]
-    written_ok: frozenset[str]  # tables an ok txn wrote (w or d)
-    last_writes: tuple[LastWrite, ...]  # one per name in written_ok
+    last_writes: tuple[LastWrite, ...]  # one per table name an ok txn wrote (w or d)
     # (txn, table) pairs of ok txns with a participant off tsv(t, commit_ts); 0 without a clock
     off_ok: int
+
+    @property
+    def written_ok(self) -> frozenset[str]:
+        """The table names an ok txn wrote (w or d)."""
+        return frozenset(w.table for w in self.last_writes)

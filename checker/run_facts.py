@@ -190,7 +190,6 @@ def parse_facts(rows: list[Any]) -> RunFacts:
             for r in acks
         ),
         info_txn_invokes=tuple(sorted(int(r["index"]) for r in by_kind.get("info", []))),
-        written_ok=frozenset(str(r["table"]) for r in by_kind.get("wrote", []) if r["table"]),
         last_writes=tuple(
             LastWrite(
                 str(r["table"]),

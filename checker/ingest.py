@@ -148,6 +148,9 @@ def _contract_schema(fields: tuple[str, ...]) -> T.StructType:
     )
 
 
+# a field of the wrong type is null and the line is kept whole in CORRUPT
+PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
 # the recorder's columns: the parsed line without its parse-error column
 COLUMNAR_SCHEMA = T.StructType([f for f in LINE_SCHEMA.fields if f.name != CORRUPT]).add(
     "value_json", S
@@ -304,9 +307,7 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
     text = spark.read.text(str(source))
     pid, pos = _position()
     parsed = text.select(
-        F.from_json(
-            "value", LINE_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-        ).alias("e"),
+        F.from_json("value", LINE_SCHEMA, PERMISSIVE).alias("e"),
         "value",
         pid,
         pos,
@@ -328,24 +329,18 @@ def _parse_lines(spark: SparkSession, source: Path) -> DataFrame:
 def _mistyped(corrupt: Column, f: Column, type_: Column) -> Column:
     """Whether a line that failed the parse (`corrupt` is its text) fails it on a field the
     contract types for its own f and type: parsed again, only then, with those fields alone."""
-    kinds: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+
+    def fails(fields: tuple[str, ...]) -> Column:
+        reparsed = F.from_json(corrupt, _contract_schema(fields), PERMISSIVE)
+        return reparsed.getField(CORRUPT).isNotNull()
+
+    groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
     for kind, fields in CONTRACT_VALUE_FIELDS.items():
-        kinds.setdefault(fields, []).append(kind)
-    kinds.setdefault((), [])  # every other kind: index, time and error alone
-    again: Column | None = None
-    for fields, of in kinds.items():
-        reparsed = F.from_json(
-            corrupt,
-            _contract_schema(fields),
-            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
-        )
-        bad = reparsed.getField(CORRUPT).isNotNull()
-        if not of:
-            again = bad if again is None else again.otherwise(bad)
-            continue
-        match = functools.reduce(lambda a, b: a | b, [(f == kf) & (type_ == kt) for kf, kt in of])
-        again = F.when(match, bad) if again is None else again.when(match, bad)
-    assert again is not None
+        groups.setdefault(fields, []).append(kind)
+    again = fails(())  # every other kind: index, time and error alone
+    for fields, kinds in groups.items():
+        match = functools.reduce(Column.__or__, [(f == kf) & (type_ == kt) for kf, kt in kinds])
+        again = F.when(match, fails(fields)).otherwise(again)
     return F.when(corrupt.isNotNull(), again).otherwise(F.lit(False))
 
 

@@ -116,7 +116,10 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
     Participants that disagree among themselves cannot all equal tsv, so the txns to report
     are those with one participant off tsv; only theirs are grouped (no shuffle of the rest),
-    and with none off (a correct run) no participant is read again."""
+    and with none off (a correct run) no participant is read again. Without comparable
+    timestamps there is no tsv, but participants that disagree are still judged."""
+    if cat.clock_free:
+        return _disagreeing_participants(frames)
     bad_keys = (
         frames.off_participants.where(F.col("type") == "ok")
         .select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
@@ -152,6 +155,35 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         _truth("t_sv", "t_since"),
     )
     return bad.select(
+        F.lit("mixed-schema-commit").alias("class"),
+        F.array(F.col("index").cast("bigint")).alias("events"),
+        F.col("p_nodes").alias("nodes"),
+        as_column(text).alias("explanation"),
+    )
+
+
+def _disagreeing_participants(frames: RunFrames) -> DataFrame:
+    """Committed txns whose participants report different versions of one table (the part of
+    mixed-schema-commit that needs no timestamp: a run with `"clock": "none"`)."""
+    grouped = (
+        frames.participants.where(F.col("type") == "ok")
+        .groupBy("index", "txn_id", "table", "commit_ts")
+        .agg(
+            F.array_sort(F.collect_set("commit_sv")).alias("versions"),
+            F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
+        )
+    )
+    text = sentence(
+        "txn ",
+        txt("txn_id"),
+        " committed with participants ",
+        Sql("array_join(`p_nodes`, ', ')"),
+        " reporting different schema versions [",
+        Sql("array_join(transform(`versions`, x -> cast(x as string)), ', ')"),
+        "] of ",
+        ref("table"),
+    )
+    return grouped.where(F.size("versions") > 1).select(
         F.lit("mixed-schema-commit").alias("class"),
         F.array(F.col("index").cast("bigint")).alias("events"),
         F.col("p_nodes").alias("nodes"),

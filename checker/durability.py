@@ -45,11 +45,14 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     # only what the verdict and its sentence use: the last-write aggregate carries every column
     kept = ["index", "pos", "txn_id", "commit_ts", "time", "op", "table", "key", "row"]
     kept += ["op_node", "w_id", "w_sv"] + (["invoke_time"] if cat.clock_free else [])
-    last = _last_writes(writes.select(*kept), cat.clock_free)
+    last = _last_writes(writes.select(*kept), cat.clock_free).withColumn("_maybe", F.lit(False))
 
-    # Writes of txns whose outcome is unknown may have overwritten the key: leave it undecided.
+    # A write of a txn whose outcome is unknown may have overwritten the key, at any time: a
+    # final read that shows it leaves the key undecided, one that shows neither it nor the
+    # last acknowledged write proves that write lost. Such a write is a candidate that may
+    # explain the final read, never a witness.
     maybe = _unknown_outcome_writes(frames, cat)
-    last = last.join(maybe, ["w_id", "key"], "left_anti")
+    last = last.unionByName(maybe, allowMissingColumns=True)
 
     reads = cat.with_schema_version_of(frames.table_reads, "ts", "table", "read_sv", "fv")
     reads = cat.with_table(reads, "fv", "table", "f")
@@ -78,7 +81,13 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         if cat.clock_free
         else F.col("commit_ts") < F.col("read_ts")
     )
-    cand = last.join(F.broadcast(read_tables), F.col("w_id") == F.col("f_id")).where(after)
+    cand = (
+        last.join(F.broadcast(read_tables), F.col("w_id") == F.col("f_id"))
+        .where(after | F.col("_maybe"))
+        # the version a write of unknown outcome was made in is not known: its columns are
+        # matched by name in the final read's version (a rename since hides it, leniently)
+        .withColumn("w_sv", F.when(F.col("_maybe"), F.col("f_sv")).otherwise(F.col("w_sv")))
+    )
     cand = cand.join(
         read_rows, (F.col("_rf") == F.col("f_id")) & (F.col("_rk") == F.col("key")), "left"
     )
@@ -110,18 +119,17 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         (F.col("op") == "w") & (F.col("final_row").isNull() | F.col("diff").isNotNull())
     )
     # A key is lost when no copy of it in the final read shows any of its possibly-last writes
-    # (with a clock there is one); the witness is the write that completed last.
+    # (with a clock there is one acknowledged) nor a write of unknown outcome; the witness is
+    # the acknowledged write that completed last.
     per_key = Window.partitionBy("w_id", "key")
+    witness_first = per_key.orderBy(
+        F.col("_maybe"), F.col("index").desc(), F.col("pos").desc(), F.col("diff")
+    )
     lost = (
         cand.withColumn("_missed", missed)
         .withColumn("_shown", F.max((~F.col("_missed")).cast("int")).over(per_key))
-        .withColumn(
-            "_rn",
-            F.row_number().over(
-                per_key.orderBy(F.col("index").desc(), F.col("pos").desc(), F.col("diff"))
-            ),
-        )
-        .where(F.col("_missed") & (F.col("_shown") == 0) & (F.col("_rn") == 1))
+        .withColumn("_rn", F.row_number().over(witness_first))
+        .where(F.col("_missed") & (F.col("_shown") == 0) & (F.col("_rn") == 1) & ~F.col("_maybe"))
     )
     effect = case(
         ("`op` = 'd'", sentence("but the final read still has the row ", txt("final_row"))),
@@ -190,10 +198,10 @@ def _first_difference() -> Column:
 
 
 def _unknown_outcome_writes(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-    """(table id, key) of every write a txn that ended in `info` meant to make (its invoke's
-    ops: the completion of an unknown outcome may not list them). Such a write has no ts to
-    place its table name at, so the name stands for every table that ever had it: a write to
-    t6 after `RENAME t5 TO t6` may have overwritten what was written to t5."""
+    """Every write a txn that ended in `info` meant to make (its invoke's ops: the completion
+    of an unknown outcome may not list them) as (w_id, key, op, table, row, _maybe). Such a
+    write has no ts to place its table name at, so the name stands for every table that ever
+    had it: a write to t6 after `RENAME t5 TO t6` may have overwritten what was written to t5."""
     info = frames.txns.where(F.col("type") == "info").select(F.col("invoke_index").alias("_ii"))
     invokes = frames.events.where(
         (F.col("type") == "invoke") & (F.col("f") == "txn") & F.col("process").rlike(CLIENT_PROCESS)
@@ -206,10 +214,17 @@ def _unknown_outcome_writes(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     return (
         picked.select(F.explode("value.ops").alias("o"))
         .where(F.col("o.op").isin("w", "d"))
-        .select(F.col("o.table").alias("_name"), F.col("o.key").alias("key"))
-        .join(F.broadcast(names.distinct()), "_name")
-        .select("w_id", "key")
+        .select(
+            F.col("o.table").alias("_name"),
+            F.col("o.key").alias("key"),
+            F.col("o.op").alias("op"),
+            F.col("o.row").alias("row"),
+        )
         .distinct()
+        .join(F.broadcast(names.distinct()), "_name")
+        .select(
+            "w_id", "key", "op", F.col("_name").alias("table"), "row", F.lit(True).alias("_maybe")
+        )
     )
 
 

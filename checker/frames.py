@@ -136,9 +136,11 @@ def _paired(client: DataFrame) -> DataFrame:
 
 def _succeeded() -> Column:
     # An op succeeded when the txn committed, or the commit was reached (commit_ts set), or a
-    # later op ran after it; the last executed op of an aborted txn may have failed.
+    # later op ran after it, or it returned what the client saw (a read's row, an index
+    # lookup's keys: a failed op returns none); the last executed op of an aborted txn may
+    # otherwise have failed.
     reached_commit = (F.col("type") == "ok") | F.col("commit_ts").isNotNull()
-    return reached_commit | (F.col("pos") < F.col("last_exec"))
+    return reached_commit | (F.col("pos") < F.col("last_exec")) | F.col("o.result").isNotNull()
 
 
 def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:

@@ -1,7 +1,9 @@
 """The contract's edges, each held both ways on a small complete history (the common catalog):
 extra fields that another f's contract types, a process that invokes again after `info`, the
 largest legal timestamp, a failed final read that does not repeat its table, copies per node
-compared only where the target declares them, any index state, a negative process."""
+compared only where the target declares them, any index state, a negative process, a last op
+that returned a row, participants that disagree on a run without a clock, a lookup through an
+index without a key."""
 
 from __future__ import annotations
 
@@ -373,3 +375,156 @@ def test_the_early_read_error_names_the_write_that_committed_last(
         "committed at ts 300000010: history.md asks for a final read after every "
         "acknowledged write; lost-write of t1 is undecided"
     ]
+
+
+def _before_the_final_reads(extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The base history with `extra` events before its final reads, renumbered."""
+    events = base()
+    out = [*events[:4], *extra, *events[4:]]
+    for i, e in enumerate(out):
+        e["index"], e["time"] = i, 5_000_000_000 + i * 1000
+    return out
+
+
+def _unfinished_read(outcome: str, result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A txn enlisted t1 at schema version 3 and read key 1 after version 4 took effect, as
+    its last op; the txn then ended in `outcome` without committing."""
+    read = {"op": "r", "table": "t1", "key": 1}
+    value = {
+        "txn_id": "r1",
+        "begin_ts": 200000000,
+        "commit_ts": None,
+        "ops": [{**read, "op_ts": 270000000, "node": "n1", "schema_version": 4, "result": result}],
+        "tables": {"t1": {"base_ts": 200000000, "schema_version": 3}},
+        "participants": [],
+    }
+    error = {"code": "TIMEOUT", "message": "no answer", "retriable": True}
+    return [
+        _invoke(0, 7, "txn", {"ops": [read]}),
+        {**_invoke(0, 7, "txn", value), "type": outcome, "node": "n1", "error": error},
+    ]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("outcome", ["info", "fail"])
+def test_a_last_op_that_returned_a_row_succeeded(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    outcome: str,
+) -> None:
+    """history.md: `result` is "a read's row as the client saw it", so a read that returned a
+    row succeeded, even as the last op of a txn that did not commit (transborder-op); without
+    a row the last op may have failed, and is not judged."""
+    row = {"c1": 1, "c2": "a"}
+    with_row = _before_the_final_reads(_unfinished_read(outcome, row))
+    seen = judge(write_run(tmp_path / "seen", with_row), spark)
+    assert classes(seen) == {"transborder-op"}, seen
+    assert [a["events"] for a in seen["anomalies"]] == [[5]]
+    without = _before_the_final_reads(_unfinished_read(outcome, None))
+    unseen = judge(write_run(tmp_path / "unseen", without), spark)
+    assert unseen["valid"] is True and unseen["errors"] == [], unseen
+
+
+def _two_participants(versions: tuple[int, int]) -> list[dict[str, Any]]:
+    events = base()
+    events[1]["value"]["participants"] = [
+        {"node": f"n{p + 1}", "table": "t1", "partition": p, "commit_schema_version": v}
+        for p, v in enumerate(versions)
+    ]
+    return events
+
+
+@pytest.mark.spark
+def test_participants_that_disagree_are_found_without_a_clock(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """anomalies.md's mixed-schema-commit: participants "report different commit schema
+    versions for the same table, or one differs from tsv(t, commit_ts)". The first half needs
+    no timestamp, so a `clock: none` run is judged by it."""
+    clock_free = {"clock": "none"}
+    mixed = judge(write_run(tmp_path / "mixed", _two_participants((4, 3)), clock_free), spark)
+    assert classes(mixed) == {"mixed-schema-commit"}, mixed
+    assert [a["events"] for a in mixed["anomalies"]] == [[1]]
+    assert mixed["anomalies"][0]["nodes"] == ["n1", "n2"]
+    agreed = judge(write_run(tmp_path / "agreed", _two_participants((4, 4)), clock_free), spark)
+    assert agreed["valid"] is True and agreed["errors"] == [], agreed
+    assert "mixed-schema-commit" not in agreed["not_applicable"]
+    # with a clock the same disagreement is found too (and the participant off tsv)
+    clocked = judge(write_run(tmp_path / "clocked", _two_participants((4, 3))), spark)
+    assert classes(clocked) == {"mixed-schema-commit", "ap-violation"}, clocked
+
+
+def _lookup(op: dict[str, Any]) -> list[dict[str, Any]]:
+    """An ok txn of one micro-op `op` on t1 at schema version 4, which returned key 1."""
+    done = {**op, "op_ts": 300000100, "node": "n1", "schema_version": 4, "result": [1]}
+    value = {
+        "txn_id": "l1",
+        "begin_ts": 300000050,
+        "commit_ts": 300000200,
+        "ops": [done],
+        "tables": {"t1": {"base_ts": 300000050, "schema_version": 4}},
+        "participants": [],
+    }
+    return [
+        _invoke(0, 8, "txn", {"ops": [op]}),
+        {**_invoke(0, 8, "txn", value), "type": "ok", "node": "n1"},
+    ]
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_lookup_through_an_index_names_no_key(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    """history.md gives an `ix` op an index and a lookup value; the keys are what it finds.
+    Every other micro-op names its key (int): a read without one breaks the contract."""
+    lookup = {"op": "ix", "table": "t1", "index": "i1", "lookup": 1}
+    run = write_run(tmp_path / "ix", _before_the_final_reads(_lookup(lookup)))
+    results = judge(run, spark, options)
+    assert results["valid"] is True and results["errors"] == [], results
+    read = {"op": "r", "table": "t1"}
+    keyless = judge(
+        write_run(tmp_path / "r", _before_the_final_reads(_lookup(read))), spark, options
+    )
+    assert keyless["valid"] == "unknown" and "key" in keyless["errors"][0], keyless
+
+
+def _overwritten_maybe(final_c1: int) -> list[dict[str, Any]]:
+    """Key 1 of t1 written by the base's txn (c1 = 1), then by an acknowledged txn (c1 = 2),
+    and by a txn of unknown outcome (c1 = 555); the final reads show c1 = `final_c1`."""
+    later = _txn_ok(0, 8, 1, 350000000)
+    later["value"]["ops"][0]["row"] = {"c1": 2, "c2": "a"}
+    maybe = {"op": "w", "table": "t1", "key": 1, "row": {"c1": 555, "c2": "a"}}
+    error = {"code": "TIMEOUT", "message": "no answer", "retriable": True}
+    events = _before_the_final_reads(
+        [
+            _invoke(0, 8, "txn", {"ops": [later["value"]["ops"][0]]}),
+            later,
+            _invoke(0, 9, "txn", {"ops": [maybe]}),
+            {**_invoke(0, 9, "txn", {}), "type": "info", "node": "n1", "error": error},
+        ]
+    )
+    read, entries = events[9]["value"], events[11]["value"]
+    read["rows"] = [{"key": 1, "row": {"c1": final_c1, "c2": "a"}}]
+    entries["entries"] = [{"key": 1, "values": {"c1": final_c1}}]
+    return events
+
+
+@pytest.mark.spark
+def test_a_write_of_unknown_outcome_hides_no_lost_write_it_does_not_explain(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """lost-write: "an acknowledged (ok) committed write whose effect is absent from final
+    reads and not overwritten by a later committed write". A txn of unknown outcome may have
+    overwritten the key, so a final read showing its write is undecided; one showing an
+    older write proves the last acknowledged one lost, whatever the unknown txn did."""
+    older = judge(write_run(tmp_path / "older", _overwritten_maybe(1)), spark)
+    assert classes(older) == {"lost-write"}, older
+    assert [a["events"] for a in older["anomalies"]] == [[5, 9]]
+    for c1 in (2, 555):  # the last acknowledged write, or the one of unknown outcome
+        shown = judge(write_run(tmp_path / f"shows-{c1}", _overwritten_maybe(c1)), spark)
+        assert shown["valid"] is True and shown["errors"] == [], (c1, shown)

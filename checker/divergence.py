@@ -3,7 +3,8 @@
 Final reads are taken after every acknowledged write, so two ok final reads of a table on two
 nodes must hold the same rows (compared by key, each row by column name, whatever the order of
 keys or columns in the JSON); two final probes of a table on two nodes must name the same schema
-version. A final probe is one invoked after the final-read phase began.
+version and the same columns (in any order). A final probe is one invoked after the final-read
+phase began.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, sentence, ts, txt
+from checker.explain import anomalies, case, sentence, ts, txt
 from checker.frames import RunFrames
 from checker.sql_expr import Sql, ref
 
@@ -39,6 +40,21 @@ def _row_text(side: str) -> Sql:
     row = f"try_element_at(filter(`{side}_rows`, r -> r.`key` = `diff_key`), 1)"
     cols = f"transform({row}.cols, c -> concat(c.`key`, '=', coalesce(c.`value`, 'null')))"
     return Sql(f"coalesce(concat('{{', array_join({cols}, ', '), '}}'), 'absent')")
+
+
+# a probe's columns (history.md: id, name, type, nullable, default), compared in any order
+COLUMNS = (
+    "array<struct<id: bigint, name: string, type: string, nullable: boolean, default: string>>"
+)
+
+
+def _columns_text(side: str) -> Sql:
+    """A probe's columns as `[c1 INT32, c2 VARCHAR(4) NOT NULL DEFAULT x]`."""
+    one = (
+        "concat(c.name, ' ', c.type, if(c.nullable, '', ' NOT NULL'), "
+        "coalesce(concat(' DEFAULT ', c.`default`), ''))"
+    )
+    return Sql(f"concat('[', array_join(transform(`{side}`, c -> {one}), ', '), ']')")
 
 
 def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
@@ -97,11 +113,20 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .where(F.col("invoke_index") > F.col("_phase"))
     )
     probes = _latest_per_node(probes).select("table", "node", "index", "table_sv")
+    # the columns each final probe answered (few probes: they pick their events out)
+    answered = frames.events.where((F.col("f") == "probe") & (F.col("type") == "ok")).select(
+        F.col("index").alias("_pi"),
+        F.array_sort(F.from_json("value.columns", COLUMNS)).alias("cols"),
+    )
+    probes = answered.join(F.broadcast(probes), F.col("_pi") == F.col("index")).drop("_pi")
     pa = probes.select(*(F.col(c).alias(f"a_{c}") for c in probes.columns))
     pb = probes.select(*(F.col(c).alias(f"b_{c}") for c in probes.columns))
     schema_pairs = pa.join(
         pb, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
-    ).where(~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv")))
+    ).where(
+        ~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv"))
+        | ~F.col("a_cols").eqNullSafe(F.col("b_cols"))
+    )
     schema_text = sentence(
         "final probes of ",
         ref("a_table"),
@@ -111,12 +136,20 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         txt("a_index"),
         ") answered schema version ",
         txt("a_table_sv"),
+        case(
+            ("`a_table_sv` <=> `b_table_sv`", sentence(" with columns ", _columns_text("a_cols"))),
+            otherwise="",
+        ),
         ", ",
         ref("b_node"),
         " (#",
         txt("b_index"),
         ") answered ",
         txt("b_table_sv"),
+        case(
+            ("`a_table_sv` <=> `b_table_sv`", sentence(" with columns ", _columns_text("b_cols"))),
+            otherwise="",
+        ),
     )
     by_schema = anomalies(
         schema_pairs,

@@ -528,3 +528,37 @@ def test_a_write_of_unknown_outcome_hides_no_lost_write_it_does_not_explain(
     for c1 in (2, 555):  # the last acknowledged write, or the one of unknown outcome
         shown = judge(write_run(tmp_path / f"shows-{c1}", _overwritten_maybe(c1)), spark)
         assert shown["valid"] is True and shown["errors"] == [], (c1, shown)
+
+
+def _final_probes(n2_columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The base history and then final probes of t1 on n1 and n2, both at schema version 4,
+    n1 with the catalog's columns and n2 with `n2_columns`."""
+    events = base()
+    for node, columns in (("n1", T1_COLUMNS), ("n2", n2_columns)):
+        i = len(events)
+        answer = {"ts": 400000100, "catalog_version": 5, "table_schema_version": 4,
+                  "columns": columns}  # fmt: skip
+        events.append(_invoke(i, 20 + i, "probe", {"table": "t1", "ts": None}))
+        events.append({**_invoke(i + 1, 20 + i, "probe", answer), "type": "ok", "node": node})
+    return events
+
+
+@pytest.mark.spark
+def test_final_probes_that_differ_in_columns_disagree_on_the_schema(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """anomalies.md: "two nodes' final probes disagree on its schema" is replica-divergence
+    where the target declares copies per node, even at one schema version; the same columns in
+    another order (of the list, or of each column's keys) agree."""
+    declared = {"capabilities": ["per-node-copies"]}
+    wider = [T1_COLUMNS[0] | {"type": "INT64"}, T1_COLUMNS[1]]
+    differ = judge(write_run(tmp_path / "differ", _final_probes(wider), declared), spark)
+    assert classes(differ) == {"replica-divergence"}, differ
+    assert [a["events"] for a in differ["anomalies"]] == [[9, 11]]
+    assert "c1 INT64" in differ["anomalies"][0]["explanation"]
+    reordered = [dict(reversed(list(c.items()))) for c in reversed(T1_COLUMNS)]
+    same = judge(write_run(tmp_path / "same", _final_probes(reordered), declared), spark)
+    assert same["valid"] is True and same["errors"] == [], same
+    undeclared = judge(write_run(tmp_path / "undeclared", _final_probes(wider)), spark)
+    assert undeclared["valid"] is True, undeclared

@@ -232,14 +232,15 @@ def ratios(
           " (target <= 3x)", flush=True)  # fmt: skip
     # One plan for the whole batch (partitioned by run) reads as many events as the 20 runs
     # together, through the same checks: one synthetic history of that size, judged cold from
-    # its Parquet copy, is about what such a plan would cost.
+    # the analyzer's Parquet cache of it, is about what such a plan would cost (a synthetic
+    # history, read from the cache, against the real run read from its recorder's copy).
     with open(run / "history.jsonl", "rb") as history:
         events = sum(1 for _ in history) * len(copies)
     merged = work / f"batch-as-one-{events}"
     if not (merged / "history.jsonl").exists():
         generate_run(merged, seed=events, events=events)
     if not (merged / PARQUET_DIR).exists():
-        _timed(ANALYZE, master, str(merged))  # the Parquet copy, as a controller writes one
+        _timed(ANALYZE, master, str(merged))  # the analyzer's Parquet cache, not timed
     one = _timed(ANALYZE, master, str(merged))
     print(f"one history of the batch's {events} events, cold from its Parquet copy {one:.1f} s"
           f" / one cold {cold:.1f} s = {one / cold:.2f}x (what one plan for the batch would"

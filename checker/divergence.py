@@ -54,7 +54,9 @@ def _columns_text(side: str) -> Sql:
         "concat(c.name, ' ', c.type, if(c.nullable, '', ' NOT NULL'), "
         "coalesce(concat(' DEFAULT ', c.`default`), ''))"
     )
-    return Sql(f"concat('[', array_join(transform(`{side}`, c -> {one}), ', '), ']')")
+    return Sql(
+        f"coalesce(concat('[', array_join(transform(`{side}`, c -> {one}), ', '), ']'), '[]')"
+    )
 
 
 def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
@@ -113,19 +115,24 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .where(F.col("invoke_index") > F.col("_phase"))
     )
     probes = _latest_per_node(probes).select("table", "node", "index", "table_sv")
-    # the columns each final probe answered (few probes: they pick their events out)
+    # the columns each final probe answered: the final probes (few, broadcast) pick their
+    # events out, and only theirs are parsed
     answered = frames.events.where((F.col("f") == "probe") & (F.col("type") == "ok")).select(
-        F.col("index").alias("_pi"),
-        F.array_sort(F.from_json("value.columns", COLUMNS)).alias("cols"),
+        F.col("index").alias("_pi"), F.col("value.columns").alias("_cols")
     )
-    probes = answered.join(F.broadcast(probes), F.col("_pi") == F.col("index")).drop("_pi")
+    probes = (
+        answered.join(F.broadcast(probes), F.col("_pi") == F.col("index"))
+        .withColumn("cols", F.array_sort(F.from_json("_cols", COLUMNS)))
+        .drop("_pi", "_cols")
+    )
     pa = probes.select(*(F.col(c).alias(f"a_{c}") for c in probes.columns))
     pb = probes.select(*(F.col(c).alias(f"b_{c}") for c in probes.columns))
     schema_pairs = pa.join(
         pb, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
     ).where(
         ~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv"))
-        | ~F.col("a_cols").eqNullSafe(F.col("b_cols"))
+        # columns are compared where both probes gave them (history.md: a list or null)
+        | (F.col("a_cols") != F.col("b_cols")).eqNullSafe(True)
     )
     schema_text = sentence(
         "final probes of ",

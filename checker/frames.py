@@ -188,9 +188,13 @@ def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
 
 def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     """One row per participant of each txn that reached its commit, with (with a clock) the
-    enlisted table in cat(commit_ts) as `t_id`/`t_sv`/`t_since`."""
+    enlisted table in cat(commit_ts) as `t_id`/`t_sv`/`t_since`. Without a clock an ok txn
+    counts whatever its (opaque) commit_ts: its participants are compared among themselves."""
+    reached = F.col("value.commit_ts").isNotNull()
+    if cat.clock_free:
+        reached = reached | (F.col("type") == "ok")
     parts = (
-        txn_events.where(F.col("value.commit_ts").isNotNull())
+        txn_events.where(reached)
         .select(
             "index",
             "type",

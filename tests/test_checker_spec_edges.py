@@ -447,6 +447,11 @@ def test_participants_that_disagree_are_found_without_a_clock(
     assert classes(mixed) == {"mixed-schema-commit"}, mixed
     assert [a["events"] for a in mixed["anomalies"]] == [[1]]
     assert mixed["anomalies"][0]["nodes"] == ["n1", "n2"]
+    # a target without a clock may leave an ok txn's commit_ts null: still judged
+    no_ts = _two_participants((4, 3))
+    no_ts[1]["value"]["commit_ts"] = None
+    unstamped = judge(write_run(tmp_path / "unstamped", no_ts, clock_free), spark)
+    assert classes(unstamped) == {"mixed-schema-commit"}, unstamped
     agreed = judge(write_run(tmp_path / "agreed", _two_participants((4, 4)), clock_free), spark)
     assert agreed["valid"] is True and agreed["errors"] == [], agreed
     assert "mixed-schema-commit" not in agreed["not_applicable"]
@@ -498,12 +503,14 @@ def _overwritten_maybe(final_c1: int) -> list[dict[str, Any]]:
     later = _txn_ok(0, 8, 1, 350000000)
     later["value"]["ops"][0]["row"] = {"c1": 2, "c2": "a"}
     maybe = {"op": "w", "table": "t1", "key": 1, "row": {"c1": 555, "c2": "a"}}
+    # and key 2, which no acknowledged write touched and no final read shows: never lost
+    only_maybe = {**maybe, "key": 2}
     error = {"code": "TIMEOUT", "message": "no answer", "retriable": True}
     events = _before_the_final_reads(
         [
             _invoke(0, 8, "txn", {"ops": [later["value"]["ops"][0]]}),
             later,
-            _invoke(0, 9, "txn", {"ops": [maybe]}),
+            _invoke(0, 9, "txn", {"ops": [maybe, only_maybe]}),
             {**_invoke(0, 9, "txn", {}), "type": "info", "node": "n1", "error": error},
         ]
     )

@@ -8,11 +8,11 @@ transborder-op: an op succeeded although the table's version at op_ts is not the
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from checker.catalog_index import CatalogIndex
-from checker.explain import anomalies, as_column, case, no_anomalies, sentence, ts, txt
+from checker.explain import Text, anomalies, as_column, case, no_anomalies, sentence, ts, txt
 from checker.frames import RunFrames, bounded_broadcast
 from checker.sql_expr import Sql, ref
 
@@ -134,11 +134,8 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         (F.col("index") == F.col("_bi")) & (F.col("table") == F.col("_bt")),
         "left_semi",
     )
-    grouped = parts.groupBy("index", "txn_id", "table", "commit_ts", "t_sv", "t_since").agg(
-        F.array_sort(F.collect_set("commit_sv")).alias("versions"),
-        F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
-        F.count(F.when(~F.col("commit_sv").eqNullSafe(F.col("t_sv")), 1)).alias("off"),
-    )
+    off = F.count(F.when(~F.col("commit_sv").eqNullSafe(F.col("t_sv")), 1)).alias("off")
+    grouped = _per_txn_table(parts, ["t_sv", "t_since"], off)
     bad = grouped.where((F.size("versions") > 1) | (F.col("off") > 0))
     text = sentence(
         "txn ",
@@ -146,44 +143,48 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         " committed at ",
         ts("commit_ts"),
         " with participants ",
-        Sql("array_join(`p_nodes`, ', ')"),
-        " reporting schema versions [",
-        Sql("array_join(transform(`versions`, x -> cast(x as string)), ', ')"),
-        "] of ",
-        ref("table"),
+        *_reporting("schema versions"),
         ", but ",
         _truth("t_sv", "t_since"),
     )
-    return bad.select(
-        F.lit("mixed-schema-commit").alias("class"),
-        F.array(F.col("index").cast("bigint")).alias("events"),
-        F.col("p_nodes").alias("nodes"),
-        as_column(text).alias("explanation"),
-    )
+    return _as_mixed(bad, text)
 
 
 def _disagreeing_participants(frames: RunFrames) -> DataFrame:
     """Committed txns whose participants report different versions of one table (the part of
     mixed-schema-commit that needs no timestamp: a run with `"clock": "none"`)."""
-    grouped = (
-        frames.participants.where(F.col("type") == "ok")
-        .groupBy("index", "txn_id", "table", "commit_ts")
-        .agg(
-            F.array_sort(F.collect_set("commit_sv")).alias("versions"),
-            F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
-        )
-    )
+    grouped = _per_txn_table(frames.participants.where(F.col("type") == "ok"), [])
     text = sentence(
         "txn ",
         txt("txn_id"),
         " committed with participants ",
+        *_reporting("different schema versions"),
+    )
+    return _as_mixed(grouped.where(F.size("versions") > 1), text)
+
+
+def _per_txn_table(parts: DataFrame, keys: list[str], *extra: Column) -> DataFrame:
+    """Participants grouped per (txn, table): the versions they reported and their nodes."""
+    return parts.groupBy("index", "txn_id", "table", "commit_ts", *keys).agg(
+        F.array_sort(F.collect_set("commit_sv")).alias("versions"),
+        F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
+        *extra,
+    )
+
+
+def _reporting(what: str) -> tuple[str | Sql, ...]:
+    """'n1, n2 reporting <what> [3, 4] of t1' as parts of a sentence."""
+    return (
         Sql("array_join(`p_nodes`, ', ')"),
-        " reporting different schema versions [",
+        f" reporting {what} [",
         Sql("array_join(transform(`versions`, x -> cast(x as string)), ', ')"),
         "] of ",
         ref("table"),
     )
-    return grouped.where(F.size("versions") > 1).select(
+
+
+def _as_mixed(bad: DataFrame, text: Text) -> DataFrame:
+    return bad.select(
         F.lit("mixed-schema-commit").alias("class"),
         F.array(F.col("index").cast("bigint")).alias("events"),
         F.col("p_nodes").alias("nodes"),

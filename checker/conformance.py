@@ -18,6 +18,7 @@ from checker.sql_expr import Sql, ref
 
 FLOAT32_MAX = 3.4028234663852886e38
 INT32 = (-(2**31), 2**31 - 1)
+KEY_COLUMN = "key"  # the primary key every row carries beside its `row`
 
 
 def observed_rows(frames: RunFrames) -> DataFrame:
@@ -134,17 +135,28 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     per_col = rows.where(F.col("m").isNotNull()).join(
         F.broadcast(checks), (F.col("_cid") == F.col("sv_id")) & (F.col("_csv") == F.col("sv"))
     )
-    per_col = per_col.withColumn("_v", F.element_at("m", F.col("col_name"))).withColumn(
-        "present", F.map_contains_key("m", F.col("col_name"))
-    )
+    # The primary key travels outside `row` (history.md): a catalog that lists it as column
+    # `key` is answered by the row's key when the row does not repeat it.
+    implicit_key = (F.col("col_name") == KEY_COLUMN) & ~F.map_contains_key("m", KEY_COLUMN)
+    per_col = per_col.withColumn(
+        "_v",
+        F.when(implicit_key, F.parse_json(F.col("key").cast("string"))).otherwise(
+            F.element_at("m", F.col("col_name"))
+        ),
+    ).withColumn("present", F.map_contains_key("m", F.col("col_name")) | implicit_key)
     # the value's JSON text (and a string's text) once, in a projection of its own
     per_col = per_col.withColumn("_j", F.to_json("_v"))
     per_col = per_col.withColumn(
         "_s", F.when(F.col("_j").startswith('"'), F.expr("try_variant_get(_v, '$', 'string')"))
     )
+    # a row that repeats its key is no extra column where the catalog leaves the key implicit
     extra = F.filter(
         F.map_keys("m"),
-        lambda k: ~F.array_contains(F.col("col_names"), k) & ~F.is_variant_null(F.col("m")[k]),
+        lambda k: (
+            ~F.array_contains(F.col("col_names"), k)
+            & ~F.is_variant_null(F.col("m")[k])
+            & (k != KEY_COLUMN)
+        ),
     )
     is_null = ~F.col("present") | F.expr("is_variant_null(_v)")
     # First a small code per (row, column), and the sentence only for the few with a problem:

@@ -305,7 +305,9 @@ def _ddl_windows(per: dict[int, dict[str, Any]], rows: list[Any]) -> list[dict]:
 
 def _schema_lag_frame(frames: RunFrames, ack_lookup: IntervalLookup) -> DataFrame:
     probes = ack_lookup.join(frames.probes.where(F.col("asked_ts").isNull()), "invoke_time")
-    lag = F.greatest(F.coalesce(F.col("req_v"), F.lit(1)) - F.col("catalog_version"), F.lit(0))
+    lag = F.greatest(
+        F.coalesce(F.col("req_v"), F.col("catalog_version")) - F.col("catalog_version"), F.lit(0)
+    )
     agg = probes.groupBy("node").agg(
         F.count(F.lit(1)).alias("probes"),
         F.max(lag).alias("max_lag"),

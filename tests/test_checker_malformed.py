@@ -136,6 +136,30 @@ def test_bad_catalog_line_names_line_and_field(tmp_path: Path) -> None:
     assert str(e.value) == "catalog.jsonl line 3: field 'tables.t1.schema_version': missing"
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("catalog_version", 2**70, "is greater than the maximum of 9223372036854775807"),
+        ("activation_ts", 1e308, "is greater than the maximum of 9223372036854775807"),
+        ("catalog_version", -(2**64), "is less than the minimum of -9223372036854775808"),
+    ],
+)
+def test_a_catalog_int_beyond_64_bits_names_its_line(
+    tmp_path: Path, field: str, value: float, why: str
+) -> None:
+    """Every int of the contract is read as 64 bits (a Spark long): one beyond, or a float as
+    big, is a contract violation named by line and field, not a crash of the lookups."""
+    from checker.contract import ContractError, read_catalog_lines
+
+    run = make_run("ap-violation", tmp_path / "run")
+    cat = (run / "catalog.jsonl").read_text().splitlines()
+    cat[1] = json.dumps({**json.loads(cat[1]), field: value})
+    (run / "catalog.jsonl").write_text("\n".join(cat) + "\n")
+    with pytest.raises(ContractError) as e:
+        read_catalog_lines(run)
+    assert str(e.value) == f"catalog.jsonl line 2: field {field!r}: {value!r} {why}"
+
+
 @pytest.mark.spark
 def test_completion_without_its_invoke_makes_the_verdict_unknown(
     tmp_path: Path,

@@ -13,7 +13,7 @@ import bisect
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -26,6 +26,7 @@ from checker.sql_expr import ref
 from checker.sql_types import column_type
 
 MAX_TS = (1 << 63) - 1
+MIN_TS = -(1 << 63)
 BUCKETS = 2048
 MAX_LOOKUP_ROWS = 200_000
 
@@ -57,6 +58,8 @@ class IntervalLookup:
         key_type: T.DataType | None = None,
     ) -> None:
         self.keyed = key_type is not None
+        # bounds computed beyond 64 bits (a window around the largest ts) end at its edges
+        intervals = [replace(i, lo=max(i.lo, MIN_TS), hi=min(i.hi, MAX_TS)) for i in intervals]
         # The grid spans the interior boundaries: the first interval often starts at 0 (catalog
         # version 1), and a grid from 0 to an HLC of today would put every row in one bucket.
         # Values outside the grid fall into its edge buckets, which hold the edge intervals.
@@ -94,8 +97,10 @@ class IntervalLookup:
         return min(max((x - self.base) // self.width, 0), self.nb - 1)
 
     def _bucket_sql(self, name: str) -> str:
-        raw = f"({ref(name).text} - {self.base}L) div {self.width}L"
-        return f"least(greatest({raw}, 0L), {self.nb - 1}L)"
+        # clamped into the grid before the subtraction, which could overflow outside it
+        top = self.base + (self.nb - 1) * self.width
+        inside = f"least(greatest({ref(name).text}, {self.base}L), {top}L)"
+        return f"({inside} - {self.base}L) div {self.width}L"
 
     def join(
         self, df: DataFrame, x: str, how: str = "left", key: str | Column | None = None

@@ -129,7 +129,8 @@ def _paired(client: DataFrame) -> DataFrame:
         lagged.where(F.col("type").isin(*COMPLETION_TYPES))
         .withColumn("paired", F.coalesce(paired, F.lit(False)))
         .withColumn("after_info", F.col("paired") & (F.col("_ppt") == "info").eqNullSafe(True))
-        .withColumn("latency_ns", F.col("time") - F.col("invoke_time"))
+        # null rather than an overflow where the two times are 2^63 apart (any int is legal)
+        .withColumn("latency_ns", F.try_subtract("time", "invoke_time"))
         .drop("_p", "_pt", "_pf", "_ppt")
     )
 

@@ -373,6 +373,7 @@ def _problem_expr() -> Column:
     checks: list[tuple[Column, str]] = [
         (e.isNull(), "(line): not JSON"),
         (F.col("e.index").isNull(), "index: missing or not an integer"),
+        (F.col("e.index") < 0, "index: below 0 (indexes ascend from 0)"),
         (F.col("e.time").isNull(), "time: missing or not an integer"),
         (F.col("e.type").isNull(), "type: missing"),
         (~F.col("e.type").isin(*EVENT_TYPES), "type: not one of invoke/ok/fail/info"),
@@ -459,8 +460,9 @@ def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[in
         raw.groupBy("_pid")
         .agg(
             F.count(F.lit(1)).alias("n"),
-            F.min(F.col("index") - F.col("_pos")).alias("lo"),
-            F.max(F.col("index") - F.col("_pos")).alias("hi"),
+            # an index below 0 is a problem of its line (no overflow here)
+            F.min(F.try_subtract("index", "_pos")).alias("lo"),
+            F.max(F.try_subtract("index", "_pos")).alias("hi"),
             F.count(F.col("index")).alias("with_index"),
             F.min(F.when(F.col("_problem").isNotNull(), F.col("_pos"))).alias("first_bad"),
             F.count(F.col("_problem")).alias("bad"),

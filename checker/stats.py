@@ -225,7 +225,9 @@ def _latency_frame(frames: RunFrames, floor_ms: int) -> DataFrame:
 def _latency(rows: list[Any], floor_ms: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for r in rows:
-        entry: dict[str, Any] = {"n": int(r["n"]), "max_ms": float(r["d1"])}
+        # null where no latency of the kind fits in 64 bits (frames: latency_ns)
+        top = None if r["d1"] is None else float(r["d1"])
+        entry: dict[str, Any] = {"n": int(r["n"]), "max_ms": top}
         for q, v in zip(QUANTILES, r["q1"] or [], strict=False):
             entry[f"p{int(q * 100)}_ms"] = float(v)
         if r["s1"] == "ddl" and r["q2"]:
@@ -305,9 +307,9 @@ def _ddl_windows(per: dict[int, dict[str, Any]], rows: list[Any]) -> list[dict]:
 
 def _schema_lag_frame(frames: RunFrames, ack_lookup: IntervalLookup) -> DataFrame:
     probes = ack_lookup.join(frames.probes.where(F.col("asked_ts").isNull()), "invoke_time")
-    lag = F.greatest(
-        F.coalesce(F.col("req_v"), F.col("catalog_version")) - F.col("catalog_version"), F.lit(0)
-    )
+    # versions are any int64: try_subtract gives null (no lag counted) where they overflow
+    required = F.coalesce(F.col("req_v"), F.col("catalog_version"))
+    lag = F.greatest(F.try_subtract(required, F.col("catalog_version")), F.lit(0))
     agg = probes.groupBy("node").agg(
         F.count(F.lit(1)).alias("probes"),
         F.max(lag).alias("max_lag"),

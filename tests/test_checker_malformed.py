@@ -79,6 +79,10 @@ CASES = {
     ),
     "repeated index": (lambda t: [t[0], edit(t[1], index=0), *t[2:]], "line 2: field 'index':"),
     "first index not 0": (lambda t: [edit(t[0], index=1), *t[1:]], "line 1: field 'index':"),
+    "index below 0": (  # the smallest int64: the index order's arithmetic must not overflow
+        lambda t: [t[0], edit(t[1], index=-(2**63)), *t[2:]],
+        "line 2: field 'index':",
+    ),
     "missing nested field": (
         lambda t: [*t[:5], edit(t[5], value={"txn_id": "a1"}), *t[6:]],
         "line 6: field 'value.",

@@ -657,3 +657,33 @@ def test_a_null_where_the_contract_asks_for_nothing_is_absent(
     missing = judge(write_run(tmp_path / "missing", events), spark, options)
     assert missing["valid"] == "unknown", missing
     assert any("error" in e and "line 10" in e for e in missing["errors"]), missing
+
+
+def _at_the_edges() -> list[dict[str, Any]]:
+    """The base history with its first txn invoked at the smallest time and completed at the
+    largest (a latency beyond 64 bits), and a DDL acknowledged as activating at the largest ts,
+    where the catalog has version 5 activate at 262144000."""
+    events = base()
+    events[0]["time"], events[1]["time"] = -(1 << 63), INT64_MAX
+    ddl = {"stmt": "CREATE INDEX i1 ON t1 (c1)", "table": "t1", "kind": "create_index"}
+    ack = {**ddl, "catalog_version": 5, "activation_ts": INT64_MAX}
+    return [
+        *events,
+        _invoke(8, 30, "ddl", ddl),
+        {**_invoke(9, 30, "ddl", ack), "type": "ok", "node": "n1"},
+    ]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("python_max", [32 << 20, 0], ids=["python", "spark"])
+def test_times_and_timestamps_at_the_edges_of_64_bits_are_judged(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    python_max: int,
+) -> None:
+    """Any int64 is legal in `time` and a `*_ts`: a latency or a statistics window that would
+    not fit in 64 bits neither crashes the analysis nor hides the lost-ddl the ack shows."""
+    options = AnalyzeOptions(python_validation_max_bytes=python_max)  # statistics included
+    results = judge(write_run(tmp_path / "edges", _at_the_edges()), spark, options)
+    assert classes(results) == {"lost-ddl"} and results["errors"] == [], results
+    assert results["stats"]["ddl_windows"], results["stats"]

@@ -20,7 +20,21 @@ from checker.sql_expr import Sql, ref
 def _verb() -> Sql:
     return Sql(
         "case op when 'r' then 'read' when 'w' then 'wrote' when 'd' then 'deleted' "
-        "when 'ix' then 'looked up through an index of' else op end"
+        "when 'ix' then 'looked up' else op end"
+    )
+
+
+def _target() -> Sql:
+    """'t1 key 5', or for a lookup through an index 't1 through index i1 for 7' (an `ix` op
+    names the value it looked up, not a key)."""
+    return case(
+        (
+            "`op` = 'ix'",
+            sentence(
+                " ", ref("table"), " through index ", txt("index_name"), " for ", txt("lookup")
+            ),
+        ),
+        otherwise=sentence(" ", ref("table"), " key ", txt("key")),
     )
 
 
@@ -75,10 +89,7 @@ def ap_violation(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         txt("txn_id"),
         " ",
         _verb(),
-        " ",
-        ref("table"),
-        " key ",
-        txt("key"),
+        _target(),
         " on ",
         txt("op_node"),
         " at ",
@@ -201,10 +212,7 @@ def transborder_op(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         txt("txn_id"),
         " ",
         _verb(),
-        " ",
-        ref("table"),
-        " key ",
-        txt("key"),
+        _target(),
         " on ",
         txt("op_node"),
         " at ",

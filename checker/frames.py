@@ -175,6 +175,7 @@ def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
         F.col("o.row").alias("row"),
         F.col("o.result").alias("result"),
         F.col("o.index").alias("index_name"),
+        F.col("o.lookup").alias("lookup"),
         F.col("o.op_ts").alias("op_ts"),
         F.col("o.node").alias("op_node"),
         F.col("o.schema_version").alias("op_sv"),

@@ -26,7 +26,7 @@ EXAMPLES = int(os.environ.get("MUTATION_EXAMPLES", "120"))
 OPTIONS = AnalyzeOptions(with_stats=True)
 HUGE = (1 << 70) + 3
 NAMES = st.sampled_from(["t1", "τ表", "t 1", "", "t1\u0000x", "DROP TABLE t1; --"])
-INTS = st.sampled_from([0, 1, -1, 4, 5, 2**31, 2**53 + 1, 2**63 - 1, HUGE, -HUGE])
+INTS = st.sampled_from([0, 1, -1, 4, 5, 2**31, 2**53 + 1, 2**63 - 1, -(2**63), HUGE, -HUGE])
 
 
 def _events_ops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ def catalog_mutation(draw: st.DrawFn, catalog: list[dict[str, Any]]) -> list[dic
                 c["tables"][name] = c["tables"].pop("t1")
     elif kind == "ts":
         out[draw(st.integers(0, len(out) - 1))]["activation_ts"] = draw(
-            st.sampled_from([0, 2**63 - 1, hlc(4100), hlc(4100, 1)])
+            st.sampled_from([0, 2**63 - 1, hlc(4100), hlc(4100, 1), HUGE, -(2**63), 1e308])
         )
     return out
 
@@ -140,6 +140,9 @@ def history_mutation(draw: st.DrawFn, events: list[dict[str, Any]]) -> list[dict
                         ("value", "catalog_version"),
                         ("value", "commit_ts"),
                         ("value", "begin_ts"),
+                        ("value", "activation_ts"),
+                        ("time",),
+                        ("index",),
                     ]
                 )
             )

@@ -485,7 +485,8 @@ def test_a_lookup_through_an_index_names_no_key(
     options: AnalyzeOptions,
 ) -> None:
     """history.md gives an `ix` op an index and a lookup value; the keys are what it finds.
-    Every other micro-op names its key (int): a read without one breaks the contract."""
+    Every other micro-op names its key (int): a read without one breaks the contract. A
+    lookup that is an anomaly is named by its index and value."""
     lookup = {"op": "ix", "table": "t1", "index": "i1", "lookup": 1}
     run = write_run(tmp_path / "ix", _before_the_final_reads(_lookup(lookup)))
     results = judge(run, spark, options)
@@ -495,6 +496,11 @@ def test_a_lookup_through_an_index_names_no_key(
         write_run(tmp_path / "r", _before_the_final_reads(_lookup(read))), spark, options
     )
     assert keyless["valid"] == "unknown" and "key" in keyless["errors"][0], keyless
+    stale = _lookup(lookup)
+    stale[1]["value"]["ops"][0]["schema_version"] = 3  # the primary's version at op_ts: off
+    off = judge(write_run(tmp_path / "off", _before_the_final_reads(stale)), spark, options)
+    assert classes(off) == {"ap-violation"}, off
+    assert "txn l1 looked up t1 through index i1 for 1 on n1" in off["anomalies"][0]["explanation"]
 
 
 def _overwritten_maybe(final_c1: int) -> list[dict[str, Any]]:

@@ -17,9 +17,12 @@ from reports.html import build_report_html, page_title
 from reports.junit import write_junit
 from reports.plots import render_plots
 from reports.process_timeline import build_timeline_html
-from reports.rundata import NotARunDirectory, is_run_dir, load_run
+from reports.rundata import NotARunDirectory, RunData, is_run_dir, load_run
 
 XML_DECLARATION = '<?xml version="1.0" encoding="utf-8"?>\n'
+# What reading files that break the contract raises (a field of another type, a value out of
+# range): the analyzer has already said where, as a verdict of unknown.
+MALFORMED = (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -64,7 +67,20 @@ def render_report(run_dir: Path) -> Path:
     if not is_run_dir(run_dir):
         raise NotARunDirectory(f"not a run directory (no run.json or history.jsonl): {run_dir}")
     results, crash = _results(run_dir)
-    data = load_run(run_dir, results)
+    try:
+        report = _write_pages(run_dir, load_run(run_dir, results), results)
+    except MALFORMED:
+        if results.get("valid") != "unknown":
+            raise  # the run follows the contract: the fault is the report's own
+        # The files break the contract (the analyzer's errors say where): the page shows the
+        # verdict and those errors, without what would be read from the files.
+        report = _write_pages(run_dir, load_run(run_dir, results, contents=False), results)
+    if crash is not None:
+        raise crash
+    return report
+
+
+def _write_pages(run_dir: Path, data: RunData, results: dict[str, Any]) -> Path:
     plots = render_plots(data, run_dir / "plots")
     pictures = anomaly_pictures(data)
     _write_pictures(run_dir / "anomalies", pictures)
@@ -73,6 +89,4 @@ def render_report(run_dir: Path) -> Path:
     page = build_report_html(data, plots, repro_command(run_dir), pictures=pictures)
     _write_atomically(report, page)
     write_junit(results, data.run, run_dir / "junit.xml")
-    if crash is not None:
-        raise crash
     return report

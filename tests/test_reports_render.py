@@ -141,6 +141,35 @@ def test_unmatched_class_and_missing_files_still_render(tmp_path: Path) -> None:
     assert len(list((fx.run_dir / "plots").glob("*.png"))) == len(PLOT_NAMES)
 
 
+def _break_the_contract(run_dir: Path, valid: object) -> str:
+    """Make one nemesis event's `f` a number (the report's loader reads it as text) and write
+    results of verdict `valid` naming it; returns the error."""
+    lines = (run_dir / "history.jsonl").read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if json.loads(x).get("process") == "nemesis")
+    lines[at] = json.dumps({**json.loads(lines[at]), "f": 7})
+    (run_dir / "history.jsonl").write_text("\n".join(lines) + "\n")
+    error = f"history.jsonl line {at + 1}: field 'f': 7 is not of type 'string'"
+    results = {"valid": valid, "anomalies": [], "not_applicable": [], "stats": {}}
+    write_results(run_dir, {**results, "errors": [error] if valid == "unknown" else []})
+    return error
+
+
+def test_a_run_that_breaks_the_contract_gets_its_unknown_page(tmp_path: Path) -> None:
+    """The page of a run whose files break the contract shows its verdict and the analyzer's
+    error instead of crashing on what it cannot read; where the verdict says the files are
+    sound, the report's own failure still surfaces."""
+    fx = write_anomalous_run(tmp_path / "broken", results=False)
+    error = _break_the_contract(fx.run_dir, "unknown")
+    page = render_report(fx.run_dir).read_text()
+    assert "UNKNOWN" in page and error.replace("'", "&#39;") in page, page[:2000]
+    errors = ET.parse(fx.run_dir / "junit.xml").getroot().findall(".//error")
+    assert len(errors) == 1 and "line" in (errors[0].text or "")
+    judged_sound = write_anomalous_run(tmp_path / "sound", results=False)
+    _break_the_contract(judged_sound.run_dir, True)
+    with pytest.raises(AttributeError):
+        render_report(judged_sound.run_dir)
+
+
 @pytest.mark.spark
 def test_render_analyzes_a_run_without_results(tmp_path: Path) -> None:
     require(importlib.util.find_spec("checker.analyze") is not None, "checker.analyze missing")

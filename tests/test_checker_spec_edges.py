@@ -693,3 +693,34 @@ def test_times_and_timestamps_at_the_edges_of_64_bits_are_judged(
     results = judge(write_run(tmp_path / "edges", _at_the_edges()), spark, options)
     assert classes(results) == {"lost-ddl"} and results["errors"] == [], results
     assert results["stats"]["ddl_windows"], results["stats"]
+
+
+def _shifted(by: int) -> list[dict[str, Any]]:
+    """The base history with every `*_ts` of its events moved by `by`."""
+
+    def move(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: v + by if (k.endswith("_ts") or k == "ts") and isinstance(v, int) else move(v)
+                for k, v in node.items()
+            }
+        return [move(x) for x in node] if isinstance(node, list) else node
+
+    return [move(e) for e in base()]
+
+
+@pytest.mark.spark
+@PATHS
+def test_opaque_timestamps_may_be_negative(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    """history.md: on a `clock: none` run the `*_ts` fields are opaque integers, of any sign:
+    valid on both validation paths alike; on an HLC run the same history is judged too (its
+    timestamps come before every catalog version), not refused by one path only."""
+    events = _shifted(-(10**12))
+    clock_free = judge(write_run(tmp_path / "none", events, {"clock": "none"}), spark, options)
+    assert clock_free["valid"] is True and clock_free["errors"] == [], clock_free
+    hlc = judge(write_run(tmp_path / "hlc", events), spark, options)
+    assert hlc["valid"] is False and hlc["errors"] == [], hlc

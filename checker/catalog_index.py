@@ -27,6 +27,7 @@ from checker.sql_types import column_type
 
 MAX_TS = (1 << 63) - 1
 MIN_TS = -(1 << 63)
+MAX_SPAN = 1 << 62
 BUCKETS = 2048
 MAX_LOOKUP_ROWS = 200_000
 
@@ -58,15 +59,22 @@ class IntervalLookup:
         key_type: T.DataType | None = None,
     ) -> None:
         self.keyed = key_type is not None
-        # bounds computed beyond 64 bits (a window around the largest ts) end at its edges
-        intervals = [replace(i, lo=max(i.lo, MIN_TS), hi=min(i.hi, MAX_TS)) for i in intervals]
-        # The grid spans the interior boundaries: the first interval often starts at 0 (catalog
-        # version 1), and a grid from 0 to an HLC of today would put every row in one bucket.
-        # Values outside the grid fall into its edge buckets, which hold the edge intervals.
+        # Bounds computed beyond 64 bits (a window around the largest ts) end at its edges; an
+        # interval wholly outside holds no int64 and is dropped.
+        intervals = [
+            c
+            for c in (replace(i, lo=_int64(i.lo), hi=_int64(i.hi)) for i in intervals)
+            if c.hi > c.lo
+        ]
+        # The grid spans the interior boundaries: the first interval often starts at 0 (the
+        # first catalog version), and a grid from 0 to an HLC of today would put every row in
+        # one bucket. Values outside the grid fall into its edge buckets, which hold the edge
+        # intervals. Its span stays within 2^62, so that a value clamped into it minus its base
+        # fits in 64 bits (timestamps may be any int64).
         points = sorted({b for i in intervals for b in (i.lo, i.hi) if b < MAX_TS})
         inner = points[1:] if len(points) > 2 else points
         self.base = inner[0] if inner else 0
-        span = (inner[-1] - self.base) if inner else 0
+        span = min(inner[-1] - self.base, MAX_SPAN) if inner else 0
         # An interval is copied into every bucket it spans: the grid is as fine as it can be
         # while the copies stay under MAX_LOOKUP_ROWS (long-lived keys cost the most copies).
         top = self.base + span
@@ -127,6 +135,10 @@ class IntervalLookup:
         right = self.frame.selectExpr(*right_cols)
         joined = left.join(F.broadcast(right), F.expr(cond), how)
         return joined.drop(x_, b_ + "l", b_, lo_, hi_, k_, k_ + "l")
+
+
+def _int64(x: int) -> int:
+    return min(max(x, MIN_TS), MAX_TS)
 
 
 _join_ids = itertools.count()

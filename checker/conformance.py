@@ -149,13 +149,15 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     per_col = per_col.withColumn(
         "_s", F.when(F.col("_j").startswith('"'), F.expr("try_variant_get(_v, '$', 'string')"))
     )
-    # a row that repeats its key is no extra column where the catalog leaves the key implicit
+    # a row that repeats its own key is no extra column where the catalog leaves the key
+    # implicit (any other value under `key` is)
+    repeat = F.to_json(F.col("m")[KEY_COLUMN]) == F.col("key").cast("string")
     extra = F.filter(
         F.map_keys("m"),
         lambda k: (
             ~F.array_contains(F.col("col_names"), k)
             & ~F.is_variant_null(F.col("m")[k])
-            & (k != KEY_COLUMN)
+            & ~((k == KEY_COLUMN) & F.coalesce(repeat, F.lit(False)))
         ),
     )
     is_null = ~F.col("present") | F.expr("is_variant_null(_v)")

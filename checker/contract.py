@@ -129,7 +129,12 @@ def read_catalog_lines(run_dir: Path) -> list[dict[str, Any]]:
             raise ContractError("catalog.jsonl", number, problem[0], problem[1])
         lines.append(doc)
     if not lines:
-        raise ContractError("catalog.jsonl", None, None, "is empty (version 1 must be present)")
+        raise ContractError(
+            "catalog.jsonl",
+            None,
+            None,
+            "is empty (at least the first catalog version must be there)",
+        )
     return lines
 
 

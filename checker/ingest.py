@@ -37,7 +37,7 @@ META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 # raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -460,7 +460,7 @@ def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[in
         raw.groupBy("_pid")
         .agg(
             F.count(F.lit(1)).alias("n"),
-            # an index below 0 is a problem of its line (no overflow here)
+            # an index below 0 is a problem of its line; try_subtract keeps it from overflowing here
             F.min(F.try_subtract("index", "_pos")).alias("lo"),
             F.max(F.try_subtract("index", "_pos")).alias("hi"),
             F.count(F.col("index")).alias("with_index"),

@@ -67,7 +67,11 @@ def compute_stats(
     """Every statistic as plain JSON-ready data."""
     spark = frames.events.sparkSession
     config = run.get("config", {})
-    floor_ms = int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0))
+    # DD + CSmax, each an int64 in run.json; their sum is kept within one (a Spark literal)
+    floor_ms = min(
+        int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0)),
+        (1 << 63) - 1,
+    )
     # The workload runs from the first client invoke to the last completion before the final
     # reads: setup before it and the final phase after it are not downtime.
     facts = frames.known()
@@ -307,7 +311,7 @@ def _ddl_windows(per: dict[int, dict[str, Any]], rows: list[Any]) -> list[dict]:
 
 def _schema_lag_frame(frames: RunFrames, ack_lookup: IntervalLookup) -> DataFrame:
     probes = ack_lookup.join(frames.probes.where(F.col("asked_ts").isNull()), "invoke_time")
-    # versions are any int64: try_subtract gives null (no lag counted) where they overflow
+    # versions are any int64: where the difference overflows, try_subtract's null counts as no lag
     required = F.coalesce(F.col("req_v"), F.col("catalog_version"))
     lag = F.greatest(F.try_subtract(required, F.col("catalog_version")), F.lit(0))
     agg = probes.groupBy("node").agg(

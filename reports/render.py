@@ -21,7 +21,7 @@ from reports.rundata import NotARunDirectory, RunData, is_run_dir, load_run
 
 XML_DECLARATION = '<?xml version="1.0" encoding="utf-8"?>\n'
 # What reading files that break the contract raises (a field of another type, a value out of
-# range): the analyzer has already said where, as a verdict of unknown.
+# range); the analyzer's errors say where.
 MALFORMED = (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError)
 
 
@@ -70,14 +70,35 @@ def render_report(run_dir: Path) -> Path:
     try:
         report = _write_pages(run_dir, load_run(run_dir, results), results)
     except MALFORMED:
-        if results.get("valid") != "unknown":
-            raise  # the run follows the contract: the fault is the report's own
-        # The files break the contract (the analyzer's errors say where): the page shows the
-        # verdict and those errors, without what would be read from the files.
+        if not _breaks_the_contract(run_dir):
+            raise  # the files follow the contract: the fault is the report's own
+        # The page shows the verdict and the analyzer's errors (which say where the files
+        # break the contract), without what would be read from them.
         report = _write_pages(run_dir, load_run(run_dir, results, contents=False), results)
     if crash is not None:
         raise crash
     return report
+
+
+def _breaks_the_contract(run_dir: Path) -> bool:
+    """Whether run.json, catalog.jsonl or history.jsonl breaks the contract, as the analyzer
+    validates them (a torn last line of a killed controller does not)."""
+    from checker.contract import (
+        ContractError,
+        read_catalog_lines,
+        read_run_json,
+        validate_history_file,
+    )
+
+    history = run_dir / "history.jsonl"
+    try:
+        read_run_json(run_dir)
+        read_catalog_lines(run_dir)
+        if history.exists():
+            validate_history_file(history)
+    except ContractError:
+        return True
+    return False
 
 
 def _write_pages(run_dir: Path, data: RunData, results: dict[str, Any]) -> Path:

@@ -149,7 +149,7 @@ def test_bad_catalog_line_names_line_and_field(tmp_path: Path) -> None:
     ],
 )
 def test_a_catalog_int_beyond_64_bits_names_its_line(
-    tmp_path: Path, field: str, value: float, why: str
+    tmp_path: Path, field: str, value: int | float, why: str
 ) -> None:
     """Every int of the contract is read as 64 bits (a Spark long): one beyond, or a float as
     big, is a contract violation named by line and field, not a crash of the lookups."""

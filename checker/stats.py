@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checker.catalog_index import Interval, IntervalLookup
+from checker.catalog_index import MAX_TS, Interval, IntervalLookup
 from checker.frames import SCHEMA_ERRORS, RunFrames
 
 QUANTILES = [0.5, 0.9, 0.99]
@@ -69,8 +69,7 @@ def compute_stats(
     config = run.get("config", {})
     # DD + CSmax, each an int64 in run.json; their sum is kept within one (a Spark literal)
     floor_ms = min(
-        int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0)),
-        (1 << 63) - 1,
+        int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0)), MAX_TS
     )
     # The workload runs from the first client invoke to the last completion before the final
     # reads: setup before it and the final phase after it are not downtime.

@@ -621,6 +621,26 @@ def test_a_catalog_may_list_the_key_column(
 
 
 @pytest.mark.spark
+def test_a_write_that_repeats_the_listed_key_is_shown_by_the_final_rows_key(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """Where the catalog lists `key`, a write may repeat the key inside its row while the final
+    read leaves it beside the row: the final row's key shows it, no lost-write; a column the
+    final row does not show is still a lost-write."""
+    events = base()
+    for e in events[:2]:
+        e["value"]["ops"][0]["row"]["key"] = 1
+    shown = judge(_key_listed(write_run(tmp_path / "shown", events)), spark)
+    assert shown["valid"] is True and shown["errors"] == [], shown
+    events[5]["value"]["rows"][0]["row"]["c1"] = 7
+    events[7]["value"]["entries"][0]["values"]["c1"] = 7  # the index agrees with the row
+    lost = judge(_key_listed(write_run(tmp_path / "lost", events)), spark)
+    assert classes(lost) == {"lost-write"}, lost
+    assert "c1 = 1 but the final read has 7" in lost["anomalies"][0]["explanation"], lost
+
+
+@pytest.mark.spark
 @PATHS
 def test_catalog_versions_may_start_at_zero(
     tmp_path: Path,
@@ -644,6 +664,44 @@ def test_catalog_versions_may_start_at_zero(
     (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     behind = judge(run, spark, options)
     assert classes(behind) == {"ap-violation"}, behind
+
+
+def _from_zero(run: Path) -> Path:
+    """`run` with its catalog numbered from 0 (each version one less)."""
+    lines = [json.loads(line) for line in (run / "catalog.jsonl").read_text().splitlines()]
+    text = "".join(
+        json.dumps({**x, "catalog_version": x["catalog_version"] - 1}) + "\n" for x in lines
+    )
+    (run / "catalog.jsonl").write_text(text)
+    return run
+
+
+@pytest.mark.spark
+def test_schema_lag_counts_versions_numbered_from_zero(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """With the catalog numbered from 0 and a DDL acknowledged as version 4 (the last), a
+    probe invoked after the ack that answers 4 is no version behind; one that answers 3 is one
+    behind, and a stale-schema-read."""
+    ddl = {"stmt": "CREATE INDEX i1 ON t1 (c1)", "table": "t1", "kind": "create_index"}
+    ack = {**ddl, "catalog_version": 4, "activation_ts": 262144000}
+    events = [
+        _invoke(0, 30, "ddl", ddl),
+        {**_invoke(1, 30, "ddl", ack), "type": "ok", "node": "n1"},
+    ]
+    for e in base():
+        events.append({**e, "index": e["index"] + 2, "time": e["time"] + 2})
+    events[5]["value"]["catalog_version"] = 4
+    options = AnalyzeOptions()  # statistics included
+    current = judge(_from_zero(write_run(tmp_path / "current", events)), spark, options)
+    assert current["valid"] is True and current["errors"] == [], current
+    assert current["stats"]["schema_lag"]["n2"]["max_versions_behind"] == 0, current["stats"]
+    events[5]["value"]["catalog_version"] = 3
+    behind = judge(_from_zero(write_run(tmp_path / "behind", events)), spark, options)
+    assert "stale-schema-read" in classes(behind), behind
+    lag = behind["stats"]["schema_lag"]["n2"]
+    assert lag["max_versions_behind"] == 1 and lag["probes_behind"] == 1, behind["stats"]
 
 
 @pytest.mark.spark

@@ -43,7 +43,10 @@ RUNTIME_CONF = {
 # A driver that judges a few small histories and exits never earns back C2's compiles: on a
 # cold 8,700-event run they took 30 of the JVM's 79 CPU-seconds, on the core the checks could
 # use. C1 alone compiles what is hot at once, at a fraction of the cost.
-SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# With C1 alone HotSpot reserves a 48 MB code cache, which a process that goes on to judge more
+# runs in the same JVM (`report` over runs without results, a script) filled on its second
+# 2,000-event analysis ("CodeCache is full. Compiler has been disabled"): the tiered default.
+SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 # HotSpot never compiles a method of over 8,000 bytes of bytecode, and whole-stage codegen makes
 # such methods of wide projections: the ingest's parse of a line and its per-line checks is
 # one (8,773 bytes), and stayed interpreted (a 10^6-event parse, warm: 11.4-12.1 s as it was,

@@ -1,5 +1,6 @@
-"""Ctrl-C while the Spark driver JVM starts leaves no JVM behind, even in a process that goes
-on living (a nightly run that stops one cell and carries on)."""
+"""The driver JVM: Ctrl-C while it starts leaves no JVM behind, even in a process that goes
+on living (a nightly run that stops one cell and carries on); a short-lived one gets the JIT
+flags it is meant to."""
 
 from __future__ import annotations
 
@@ -61,3 +62,28 @@ def test_ctrl_c_during_spark_start_leaves_no_jvm() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+FLAGS = """
+from checker.session import build_session
+spark = build_session("local[1]", short_lived=True)
+jvm = spark.sparkContext._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+for flag in ("TieredStopAtLevel", "ReservedCodeCacheSize"):
+    print(flag, bean.getVMOption(flag).getValue())
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_a_short_lived_driver_compiles_with_c1_into_a_full_size_code_cache() -> None:
+    """C1 alone would reserve 48 MB of code cache, which a process that judges a second run in
+    the same JVM filled ("CodeCache is full. Compiler has been disabled")."""
+    require(shutil.which("java") is not None, "Spark needs a Java runtime (java on PATH)")
+    out = subprocess.run(
+        [sys.executable, "-c", FLAGS], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    flags = dict(line.split() for line in out.stdout.splitlines() if line.count(" ") == 1)
+    assert flags.get("TieredStopAtLevel") == "1", (out.stdout, out.stderr[-2000:])
+    assert int(flags["ReservedCodeCacheSize"]) >= 240 << 20, flags

@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, validate_history_file
+from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, schema, validate_history_file
 
 PARQUET_DIR = "history.parquet"
 COLUMNAR_FILE = "history.columnar.parquet"
@@ -37,7 +37,7 @@ META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 # raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -45,6 +45,10 @@ PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
 # larger one is rewritten once into history.parquet/ like a parsed JSONL, so that its scans
 # read the per-line problem column instead of computing it again each time.
 IN_PLACE_MAX_EVENTS = 200_000
+
+# the enums the Python validator holds every line to, from the one statement of the contract
+DDL_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["ddl_kind"]["enum"])
+OP_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["micro_op"]["properties"]["op"]["enum"])
 
 CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
@@ -440,12 +444,52 @@ def _problem_expr() -> Column:
             ),
             "value.tables{}: base_ts or schema_version missing or null",
         ),
+        (
+            client
+            & txn
+            & F.exists(
+                v.ops,
+                lambda o: ~F.coalesce(o.op.isin(*OP_KINDS), F.lit(False)) | o.table.isNull(),
+            ),
+            f"value.ops[]: an op without its table, or whose op is not one of {'/'.join(OP_KINDS)}",
+        ),
+        (
+            client & txn & F.exists(v.ops, lambda o: (o.op == "ix") & o.index.isNull()),
+            "value.ops[].index: missing on a lookup through an index (ix)",
+        ),
+        (
+            client & (F.col("e.f") == "ddl") & (F.col("e.type") == "invoke") & v.stmt.isNull(),
+            "value.stmt: missing",
+        ),
+        (
+            client
+            & (F.col("e.f") == "ddl")
+            & (F.col("e.type") == "invoke")
+            & ~F.coalesce(v.kind.isin(*DDL_KINDS), F.lit(False)),
+            "value.kind: missing or not a DDL kind of the contract",
+        ),
         (client & ok & (F.col("e.f") == "probe") & v.ts.isNull(), "value.ts: missing"),
         (
             client & ok & (F.col("e.f") == "probe") & v.catalog_version.isNull(),
             "value.catalog_version: missing",
         ),
         (client & ok & (F.col("e.f") == "final-read") & v.ts.isNull(), "value.ts: missing"),
+        (
+            client
+            & ok
+            & (F.col("e.f") == "final-read")
+            & F.when(v.index.isNull(), v.rows.isNull() | v.schema_version.isNull()).otherwise(
+                v.entries.isNull()
+            ),
+            "value: a final read has a table's schema_version and rows, or an index and its "
+            "entries",
+        ),
+        (
+            # a nemesis event or monitor sample keeps its value as JSON text (a string's
+            # content, unquoted, so only its first character can tell)
+            ~client & F.col("value_json").isNotNull() & ~F.col("value_json").startswith("{"),
+            "value: not an object",
+        ),
     ]
     out = F.lit(None).cast("string")
     for cond, why in reversed(checks):

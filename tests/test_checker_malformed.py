@@ -87,7 +87,76 @@ CASES = {
         lambda t: [*t[:5], edit(t[5], value={"txn_id": "a1"}), *t[6:]],
         "line 6: field 'value.",
     ),
+    # the enums and shapes the Spark path checks as the Python one does
+    "unknown op": (lambda t: [*t[:4], _ops(t[4], op="x"), *t[5:]], "line 5: field 'value."),
+    "op without its table": (
+        lambda t: [*t[:4], _ops(t[4], table=None), *t[5:]],
+        "line 5: field 'value.",
+    ),
+    "lookup without its index": (
+        lambda t: [*t[:4], _ops(t[4], op="ix", key=None, lookup=1), *t[5:]],
+        "line 5: field 'value.",
+    ),
+    "unknown ddl kind": (
+        lambda t: [*t[:4], _ddl(t[4], kind="truncate"), *t[5:]],
+        "line 5: field 'value",
+    ),
+    "ddl without its statement": (
+        lambda t: [*t[:4], _ddl(t[4], stmt=None), *t[5:]],
+        "line 5: field 'value",
+    ),
+    "final read without rows": (
+        lambda t: [*t[:6], *_final_read(t[6], {"table": "t1", "ts": 5, "schema_version": 1})],
+        "line 8: field 'value",
+    ),
+    "final read of an index without entries": (
+        lambda t: [*t[:6], *_final_read(t[6], {"table": "t1", "index": "i1", "ts": 5})],
+        "line 8: field 'value",
+    ),
+    "nemesis value not an object": (
+        lambda t: [*t[:6], _nemesis(t[6], 7), *t[7:]],
+        "line 7: field 'value",
+    ),
+    "monitor value a string": (
+        lambda t: [*t[:6], edit(_nemesis(t[6], "n1 ok"), process="monitor", f="sample"), *t[7:]],
+        "line 7: field 'value",
+    ),
 }
+
+
+def _ops(line: str, **changes: object) -> str:
+    """`line` (a txn invoke) with its first op changed; None removes a field."""
+    event = json.loads(line)
+    op = event["value"]["ops"][0]
+    for k, v in changes.items():
+        if v is None:
+            op.pop(k)
+        else:
+            op[k] = v
+    return json.dumps(event)
+
+
+def _ddl(line: str, **changes: object) -> str:
+    """`line` turned into a DDL invoke; None removes a field."""
+    value = {"stmt": "ALTER TABLE t1 ADD COLUMN c9 INT32", "table": "t1", "kind": "add_column"}
+    value.update({k: v for k, v in changes.items() if v is not None})
+    for k in (k for k, v in changes.items() if v is None):
+        value.pop(k)
+    return edit(line, f="ddl", value=value)
+
+
+def _final_read(line: str, value: dict[str, object]) -> list[str]:
+    """`line` and the next turned into a final read's invoke and its ok `value`."""
+    invoke = json.loads(edit(line, f="final-read", value={"table": "t1"}))
+    ok = {**invoke, "index": invoke["index"] + 1, "time": invoke["time"] + 1, "type": "ok",
+          "node": "n1", "value": value}  # fmt: skip
+    return [json.dumps(invoke), json.dumps(ok)]
+
+
+def _nemesis(line: str, value: object) -> str:
+    event = json.loads(line)
+    return json.dumps({"index": event["index"], "time": event["time"], "type": "info",
+                       "process": "nemesis", "f": "start-partition", "value": value})  # fmt: skip
 
 
 @pytest.mark.spark

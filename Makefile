@@ -47,7 +47,7 @@ test: setup
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports targets sim
+	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports targets sim benchmarks
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 lock: venv

@@ -377,7 +377,7 @@ def judge(case: Case, run_dir: Path, results: dict[str, Any]) -> Outcome:
     listed = tuple(sorted(found & set(case.expect)))
     allowed = set(case.expect) | set(case.implied) if case.toggles_on else set()
     outside = tuple(sorted(found - allowed))
-    witness = {}
+    witness: dict[str, str] = {}
     for a in results.get("anomalies", []):
         witness.setdefault(a["class"], f"{a['class']}: {a.get('explanation', '')}")
     complete = results.get("valid") != "unknown"

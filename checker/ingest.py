@@ -37,7 +37,7 @@ META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 # raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -401,6 +401,19 @@ def _problem_expr() -> Column:
         ),
         (client & completion & ~ok & F.col("e.error.code").isNull(), "error: missing"),
         (
+            client
+            & completion
+            & ~ok
+            & (F.col("e.error.message").isNull() | F.col("e.error.retriable").isNull()),
+            "error: message or retriable missing",
+        ),
+        (
+            client & txn & (F.col("e.type") == "invoke") & v.ops.isNull(),
+            "value.ops: missing",
+        ),
+        (client & ok & txn & F.col("e.node").isNull(), "node: missing"),
+        (client & ok & txn & v.participants.isNull(), "value.participants: missing"),
+        (
             client & ok & (F.col("e.f") == "ddl") & v.catalog_version.isNull(),
             "value.catalog_version: missing",
         ),
@@ -408,7 +421,8 @@ def _problem_expr() -> Column:
             client & ok & (F.col("e.f") == "ddl") & v.activation_ts.isNull(),
             "value.activation_ts: missing",
         ),
-        (client & ok & (F.col("e.f") == "txn") & v.txn_id.isNull(), "value.txn_id: missing"),
+        # (txn_id may be null: the schema types it string or null, and Spark reads a missing
+        # field as null)
         (client & ok & (F.col("e.f") == "txn") & v.ops.isNull(), "value.ops: missing"),
         (client & ok & (F.col("e.f") == "txn") & v.tables.isNull(), "value.tables: missing"),
         (
@@ -431,9 +445,14 @@ def _problem_expr() -> Column:
             & txn
             & F.exists(
                 v.participants,
-                lambda p: p.commit_schema_version.isNull() | p.partition.isNull(),
+                lambda p: (
+                    p.commit_schema_version.isNull()
+                    | p.partition.isNull()
+                    | p.node.isNull()
+                    | p.table.isNull()
+                ),
             ),
-            "value.participants[]: commit_schema_version or partition missing or null",
+            "value.participants[]: node, table, partition or commit_schema_version missing",
         ),
         (
             client
@@ -449,13 +468,15 @@ def _problem_expr() -> Column:
             & txn
             & F.exists(
                 v.ops,
-                lambda o: ~F.coalesce(o.op.isin(*OP_KINDS), F.lit(False)) | o.table.isNull(),
+                lambda o: (
+                    ~F.coalesce(o.op.isin(*OP_KINDS), F.lit(False))
+                    | o.table.isNull()
+                    | ~_object_or_null(o.row)
+                    | ((o.op == "ix") & o.index.isNull())
+                ),
             ),
-            f"value.ops[]: an op without its table, or whose op is not one of {'/'.join(OP_KINDS)}",
-        ),
-        (
-            client & txn & F.exists(v.ops, lambda o: (o.op == "ix") & o.index.isNull()),
-            "value.ops[].index: missing on a lookup through an index (ix)",
+            f"value.ops[]: an op whose op is not one of {'/'.join(OP_KINDS)}, without its table, "
+            "with a row that is not an object, or a lookup (ix) without its index",
         ),
         (
             client & (F.col("e.f") == "ddl") & (F.col("e.type") == "invoke") & v.stmt.isNull(),
@@ -474,6 +495,23 @@ def _problem_expr() -> Column:
             "value.catalog_version: missing",
         ),
         (client & ok & (F.col("e.f") == "final-read") & v.ts.isNull(), "value.ts: missing"),
+        (client & ok & (F.col("e.f") == "final-read") & v.table.isNull(), "value.table: missing"),
+        (
+            client
+            & ok
+            & (F.col("e.f") == "final-read")
+            & (
+                F.exists(
+                    v.rows, lambda r: r.key.isNull() | ~F.coalesce(_object(r.row), F.lit(False))
+                )
+                | F.exists(
+                    v.entries,
+                    lambda x: x.key.isNull() | ~F.coalesce(_object(x.values), F.lit(False)),
+                )
+            ),
+            "value.rows[] / entries[]: an item without its key, or whose row or values is not an "
+            "object",
+        ),
         (
             client
             & ok
@@ -487,7 +525,7 @@ def _problem_expr() -> Column:
         (
             # a nemesis event or monitor sample keeps its value as JSON text (a string's
             # content, unquoted, so only its first character can tell)
-            ~client & F.col("value_json").isNotNull() & ~F.col("value_json").startswith("{"),
+            ~client & ~_object_or_null(F.col("value_json")),
             "value: not an object",
         ),
     ]
@@ -495,6 +533,17 @@ def _problem_expr() -> Column:
     for cond, why in reversed(checks):
         out = F.when(cond, F.lit(why)).otherwise(out)
     return out
+
+
+def _object(text: Column) -> Column:
+    """Whether a field kept as JSON text holds an object. Spark's reader gives an object's
+    text, and a string's content unquoted, so a string that begins with `{` passes."""
+    return text.startswith("{")
+
+
+def _object_or_null(text: Column) -> Column:
+    """Whether JSON text is an object, absent or null (our recorder writes a null as 'null')."""
+    return F.coalesce(_object(text) | (text == "null"), F.lit(True))
 
 
 def _validate_parsed(raw: DataFrame, source: Path, torn_known: bool) -> tuple[int, bool]:

@@ -113,6 +113,59 @@ CASES = {
         lambda t: [*t[:6], *_final_read(t[6], {"table": "t1", "index": "i1", "ts": 5})],
         "line 8: field 'value",
     ),
+    "write row not an object": (
+        lambda t: [*t[:4], _ops(t[4], op="w", row=5), *t[5:]],
+        "line 5: field 'value.",
+    ),
+    "txn invoke without ops": (
+        lambda t: [*t[:4], edit(t[4], value={"tag": 1}), *t[5:]],
+        "line 5: field 'value",
+    ),
+    "ok txn without its node": (lambda t: [*t[:5], edit(t[5], node=None), *t[6:]], "line 6: "),
+    "ok txn without participants": (
+        lambda t: [*t[:5], _value(t[5], participants=None), *t[6:]],
+        "line 6: field 'value",
+    ),
+    "participant without its node": (
+        lambda t: [
+            *t[:5],
+            _value(
+                t[5], participants=[{"table": "t1", "partition": 0, "commit_schema_version": 1}]
+            ),
+            *t[6:],
+        ],
+        "line 6: field 'value.",
+    ),
+    "error without its message": (
+        lambda t: [
+            *t[:5],
+            edit(t[5], type="fail", error={"code": "X", "retriable": True}),
+            *t[6:],
+        ],
+        "line 6: field 'error",
+    ),
+    "final read without its table": (
+        lambda t: [*t[:6], *_final_read(t[6], {"ts": 5, "schema_version": 1, "rows": []})],
+        "line 8: field 'value",
+    ),
+    "final read row not an object": (
+        lambda t: [
+            *t[:6],
+            *_final_read(
+                t[6], {"table": "t1", "ts": 5, "schema_version": 1, "rows": [{"key": 1, "row": 5}]}
+            ),
+        ],
+        "line 8: field 'value.",
+    ),
+    "index entry without its key": (
+        lambda t: [
+            *t[:6],
+            *_final_read(
+                t[6], {"table": "t1", "index": "i1", "ts": 5, "entries": [{"values": {"c1": 1}}]}
+            ),
+        ],
+        "line 8: field 'value.",
+    ),
     "nemesis value not an object": (
         lambda t: [*t[:6], _nemesis(t[6], 7), *t[7:]],
         "line 7: field 'value",
@@ -133,6 +186,17 @@ def _ops(line: str, **changes: object) -> str:
             op.pop(k)
         else:
             op[k] = v
+    return json.dumps(event)
+
+
+def _value(line: str, **changes: object) -> str:
+    """`line` with fields of its value changed; None removes a field."""
+    event = json.loads(line)
+    for k, v in changes.items():
+        if v is None:
+            event["value"].pop(k)
+        else:
+            event["value"][k] = v
     return json.dumps(event)
 
 

@@ -15,9 +15,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_run, exit_code
-from checker.ingest import _parse_lines
+from checker.ingest import COLUMNAR_FILE, _parse_lines
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.test_checker_classes import FAST, HISTORIES, make_run
+from workloads.history import HistoryRecorder
 
 SPARK_VALIDATION = AnalyzeOptions(python_validation_max_bytes=0, with_stats=False)
 PATHS = pytest.mark.parametrize("options", [FAST, SPARK_VALIDATION], ids=["python", "spark"])
@@ -664,6 +665,57 @@ def test_catalog_versions_may_start_at_zero(
     (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     behind = judge(run, spark, options)
     assert classes(behind) == {"ap-violation"}, behind
+
+
+def _replayed(run: Path, events: list[dict[str, Any]]) -> Path:
+    """`run` with `events` written by our recorder (so with its columnar copy) instead."""
+    times = iter([0] + [int(e["time"]) for e in events])
+    (run / "history.jsonl").unlink()
+    rec = HistoryRecorder(run / "history.jsonl", clock_ns=lambda: next(times))
+    for e in events:
+        p, f, value = e["process"], e["f"], e.get("value")
+        if p == "nemesis":
+            rec.nemesis(f, value)
+        elif p == "monitor":
+            rec.monitor(value)
+        elif e["type"] == "invoke":
+            rec.invoke(p, f, value)
+        else:
+            rec.complete(p, e["type"], f, value, e.get("node"), e.get("error"))
+    rec.close()
+    assert (run / COLUMNAR_FILE).exists()
+    return run
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("reading", ["python", "spark", "columnar"])
+def test_what_the_contract_leaves_open_passes_every_reading(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    reading: str,
+) -> None:
+    """A null txn_id on an ok txn, an index's final read that carries rows too, an `ix` op
+    with a null key, and nemesis events whose value is null beside a monitor sample, are
+    valid read by the Python validator, by Spark, and from our recorder's columnar copy."""
+    events = base()
+    events[1]["value"]["txn_id"] = None
+    events[7]["value"]["rows"] = []
+    lookup = {"op": "ix", "table": "t1", "key": None, "index": "i1", "lookup": 1}
+    events[0]["value"]["ops"].append(lookup)
+    events[1]["value"]["ops"].append({**lookup, "op_ts": 300000002, "node": "n1",
+                                      "schema_version": 4, "result": [1]})  # fmt: skip
+    tail = [("start-partition", None), ("sample", {"n1": {"applied": 5}}),
+            ("stop-partition", None)]  # fmt: skip
+    for i, (f, value) in enumerate(tail, len(events)):
+        process = "monitor" if f == "sample" else "nemesis"
+        events.append({"index": i, "time": 5_002_000_000 + i, "type": "info",
+                       "process": process, "f": f, "value": value})  # fmt: skip
+    run = write_run(tmp_path / reading, events)
+    if reading == "columnar":
+        _replayed(run, events)
+    options = SPARK_VALIDATION if reading != "python" else FAST
+    results = judge(run, spark, options)
+    assert results["valid"] is True and results["errors"] == [], results
 
 
 def _from_zero(run: Path) -> Path:

@@ -27,12 +27,16 @@ from tests.synth import generate_run
 from workloads.history import HistoryRecorder, read_history
 
 
-def _replay(events: list[dict[str, Any]], dest: Path, close: bool = True) -> HistoryRecorder:
-    """Record `events` again through the recorder's public API, at their own times."""
+def replay(
+    events: list[dict[str, Any]], dest: Path, close: bool = True, nulls: bool = False
+) -> HistoryRecorder:
+    """Record `events` again through the recorder's public API, at their own times; a null
+    or absent value is recorded as {} unless `nulls`."""
     times: Iterator[int] = iter([0] + [int(e["time"]) for e in events])
     rec = HistoryRecorder(dest / "history.jsonl", clock_ns=lambda: next(times))
     for e in events:
-        p, f, value = e["process"], e["f"], e.get("value") or {}
+        value: Any = e.get("value") if nulls else e.get("value") or {}
+        p, f = e["process"], e["f"]
         if p == "nemesis":
             rec.nemesis(f, value)
         elif p == "monitor":
@@ -54,7 +58,7 @@ def _recorded_run(tmp: Path, name: str, **synth: Any) -> Path:
     run.mkdir()
     for f in ("run.json", "catalog.jsonl"):
         shutil.copy(model / f, run / f)
-    _replay(read_history(model / "history.jsonl"), run)
+    replay(read_history(model / "history.jsonl"), run)
     assert (run / "history.jsonl").read_bytes() == (model / "history.jsonl").read_bytes()
     return run
 
@@ -125,7 +129,7 @@ def test_a_killed_controller_leaves_a_copy_the_checker_ignores(
     for f in ("run.json", "catalog.jsonl"):
         shutil.copy(model / f, run / f)
     # the controller "dies" before close(): no footer, so the copy is unreadable
-    _replay(events[: len(events) // 2], run, close=False)
+    replay(events[: len(events) // 2], run, close=False)
     size = (run / "history.jsonl").stat().st_size
     assert not columnar_complete(run / COLUMNAR_FILE, size)
     results = analyze_run(run, spark=spark)

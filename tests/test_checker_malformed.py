@@ -29,13 +29,18 @@ def write_lines(run: Path, text: list[str], final_newline: bool = True) -> None:
     (run / "history.jsonl").write_text("\n".join(text) + ("\n" if final_newline else ""))
 
 
-def edit(line: str, **changes: object) -> str:
-    event = json.loads(line)
+def _change(fields: dict[str, object], changes: dict[str, object]) -> None:
+    """Set each of `changes` in `fields`; None removes the field."""
     for k, v in changes.items():
         if v is None:
-            event.pop(k)
+            fields.pop(k)
         else:
-            event[k] = v
+            fields[k] = v
+
+
+def edit(line: str, **changes: object) -> str:
+    event = json.loads(line)
+    _change(event, changes)
     return json.dumps(event)
 
 
@@ -180,32 +185,25 @@ CASES = {
 def _ops(line: str, **changes: object) -> str:
     """`line` (a txn invoke) with its first op changed; None removes a field."""
     event = json.loads(line)
-    op = event["value"]["ops"][0]
-    for k, v in changes.items():
-        if v is None:
-            op.pop(k)
-        else:
-            op[k] = v
+    _change(event["value"]["ops"][0], changes)
     return json.dumps(event)
 
 
 def _value(line: str, **changes: object) -> str:
     """`line` with fields of its value changed; None removes a field."""
     event = json.loads(line)
-    for k, v in changes.items():
-        if v is None:
-            event["value"].pop(k)
-        else:
-            event["value"][k] = v
+    _change(event["value"], changes)
     return json.dumps(event)
 
 
 def _ddl(line: str, **changes: object) -> str:
     """`line` turned into a DDL invoke; None removes a field."""
-    value = {"stmt": "ALTER TABLE t1 ADD COLUMN c9 INT32", "table": "t1", "kind": "add_column"}
-    value.update({k: v for k, v in changes.items() if v is not None})
-    for k in (k for k, v in changes.items() if v is None):
-        value.pop(k)
+    value: dict[str, object] = {
+        "stmt": "ALTER TABLE t1 ADD COLUMN c9 INT32",
+        "table": "t1",
+        "kind": "add_column",
+    }
+    _change(value, changes)
     return edit(line, f="ddl", value=value)
 
 

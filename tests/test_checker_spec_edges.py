@@ -18,7 +18,7 @@ from checker.analyze import AnalyzeOptions, analyze_run, exit_code
 from checker.ingest import COLUMNAR_FILE, _parse_lines
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.test_checker_classes import FAST, HISTORIES, make_run
-from workloads.history import HistoryRecorder
+from tests.test_checker_columnar import replay
 
 SPARK_VALIDATION = AnalyzeOptions(python_validation_max_bytes=0, with_stats=False)
 PATHS = pytest.mark.parametrize("options", [FAST, SPARK_VALIDATION], ids=["python", "spark"])
@@ -669,20 +669,8 @@ def test_catalog_versions_may_start_at_zero(
 
 def _replayed(run: Path, events: list[dict[str, Any]]) -> Path:
     """`run` with `events` written by our recorder (so with its columnar copy) instead."""
-    times = iter([0] + [int(e["time"]) for e in events])
     (run / "history.jsonl").unlink()
-    rec = HistoryRecorder(run / "history.jsonl", clock_ns=lambda: next(times))
-    for e in events:
-        p, f, value = e["process"], e["f"], e.get("value")
-        if p == "nemesis":
-            rec.nemesis(f, value)
-        elif p == "monitor":
-            rec.monitor(value)
-        elif e["type"] == "invoke":
-            rec.invoke(p, f, value)
-        else:
-            rec.complete(p, e["type"], f, value, e.get("node"), e.get("error"))
-    rec.close()
+    replay(events, run, nulls=True)
     assert (run / COLUMNAR_FILE).exists()
     return run
 

@@ -411,7 +411,6 @@ def _problem_expr() -> Column:
             client & txn & (F.col("e.type") == "invoke") & v.ops.isNull(),
             "value.ops: missing",
         ),
-        (client & ok & txn & F.col("e.node").isNull(), "node: missing"),
         (client & ok & txn & v.participants.isNull(), "value.participants: missing"),
         (
             client & ok & (F.col("e.f") == "ddl") & v.catalog_version.isNull(),

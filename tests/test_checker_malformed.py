@@ -126,7 +126,6 @@ CASES = {
         lambda t: [*t[:4], edit(t[4], value={"tag": 1}), *t[5:]],
         "line 5: field 'value",
     ),
-    "ok txn without its node": (lambda t: [*t[:5], edit(t[5], node=None), *t[6:]], "line 6: "),
     "ok txn without participants": (
         lambda t: [*t[:5], _value(t[5], participants=None), *t[6:]],
         "line 6: field 'value",

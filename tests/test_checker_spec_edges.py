@@ -682,11 +682,12 @@ def test_what_the_contract_leaves_open_passes_every_reading(
     spark: SparkSession,  # noqa: F811
     reading: str,
 ) -> None:
-    """A null txn_id on an ok txn, an index's final read that carries rows too, an `ix` op
+    """A null txn_id and node on an ok txn, an index's final read that carries rows too, an `ix` op
     with a null key, and nemesis events whose value is null beside a monitor sample, are
     valid read by the Python validator, by Spark, and from our recorder's columnar copy."""
     events = base()
     events[1]["value"]["txn_id"] = None
+    events[1]["node"] = None  # required, and typed string or null
     events[7]["value"]["rows"] = []
     lookup = {"op": "ix", "table": "t1", "key": None, "index": "i1", "lookup": 1}
     events[0]["value"]["ops"].append(lookup)

@@ -652,12 +652,7 @@ def test_catalog_versions_may_start_at_zero(
     from 0 (its acks and probes alike) is valid; a probe one version behind is still found."""
     events = base()
     events[3]["value"]["catalog_version"] -= 1
-    run = write_run(tmp_path / "from-0", events)
-    lines = [json.loads(line) for line in (run / "catalog.jsonl").read_text().splitlines()]
-    text = "".join(
-        json.dumps({**x, "catalog_version": x["catalog_version"] - 1}) + "\n" for x in lines
-    )
-    (run / "catalog.jsonl").write_text(text)
+    run = _from_zero(write_run(tmp_path / "from-0", events))
     results = judge(run, spark, options)
     assert results["valid"] is True and results["errors"] == [], results
     (run / "results.json").unlink()

@@ -133,16 +133,20 @@ async def statuses(
 
 
 def leader_of(views: dict[str, dict[str, Any]]) -> str | None:
-    """The Meta Storage leader most answering nodes name at the highest term they know."""
-    named = [(int(s.get("term", 0)), s.get("leader")) for s in views.values() if s.get("leader")]
-    if not named:
+    """The Meta Storage leader most answering nodes name at the highest term any of them knows.
+
+    None while that term has no leader named: a voter that moved to a newer term is in an
+    election (pre-vote keeps a cut-off voter from raising its term alone), and the learners
+    still naming the old leader at the older term are stale.
+    """
+    if not views:
         return None
-    top = max(t for t, _ in named)
+    top = max(int(s.get("term", 0)) for s in views.values())
     votes: dict[str, int] = {}
-    for term, leader in named:
-        if term == top:
-            votes[str(leader)] = votes.get(str(leader), 0) + 1
-    return max(sorted(votes), key=lambda n: votes[n])
+    for s in views.values():
+        if int(s.get("term", 0)) == top and s.get("leader"):
+            votes[str(s["leader"])] = votes.get(str(s["leader"]), 0) + 1
+    return max(sorted(votes), key=lambda n: votes[n]) if votes else None
 
 
 async def metastore_leader(ctx: NemesisContext, timeout_s: float = 10.0) -> str | None:

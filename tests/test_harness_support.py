@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -32,3 +35,13 @@ def free_local_base(nodes: int = 5) -> str:
             continue
         return base
     raise RuntimeError("no free loopback range for a local cluster")
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
+    """Poll `check` every 100 ms until it holds (True) or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.1)
+    return False

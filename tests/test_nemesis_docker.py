@@ -26,7 +26,7 @@ from nemesis.process import restart, resume, start_kill, start_pause
 from nemesis.runner import apply_step
 from schemasync.client import Client
 from targets.schemasync import SchemaSyncTarget
-from tests.test_harness_support import node_image  # noqa: F401  (fixture)
+from tests.test_harness_support import node_image, wait_for  # noqa: F401  (fixture)
 from workloads.history import HistoryRecorder, read_history
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
@@ -85,15 +85,6 @@ async def ddl(ctx: NemesisContext, node: str, stmt: str, timeout_s: float) -> di
 
 async def applied(ctx: NemesisContext) -> dict[str, int]:
     return {n: int(s["applied_index"]) for n, s in (await statuses(ctx)).items()}
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 def our_rules(ctx: NemesisContext) -> dict[str, str]:

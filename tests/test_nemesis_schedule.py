@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemesis.clock import clock_params
+from nemesis.context import leader_of
 from nemesis.partition import SHAPES, grudge
 from nemesis.schedule import (
     KINDS,
@@ -153,3 +154,19 @@ def test_any_seed_gives_a_valid_symmetric_schedule(seed: int, n: int) -> None:
             assert p["nodes"] and set(p["nodes"]) <= set(nodes)
         if step.action == "start-lagging-learner":
             assert p["learners"] and set(p["learners"]) <= set(learners)
+
+
+def _view(term: int, leader: str | None) -> dict[str, object]:
+    return {"term": term, "leader": leader}
+
+
+def test_the_leader_is_the_one_named_at_the_newest_term() -> None:
+    learners_stale = {"n4": _view(5, "n2"), "n5": _view(5, "n2")}
+    # voters moved to term 6 and are still electing: the learners' n2 is no answer
+    assert leader_of({**learners_stale, "n1": _view(6, None), "n3": _view(6, None)}) is None
+    assert leader_of({**learners_stale, "n1": _view(6, "n1"), "n3": _view(6, None)}) == "n1"
+    # all at one term: most named wins, ties to the smaller name
+    assert leader_of({**learners_stale, "n1": _view(5, "n1")}) == "n2"
+    assert leader_of({"n1": _view(3, "n1"), "n3": _view(3, "n3")}) == "n1"
+    assert leader_of({}) is None
+    assert leader_of({"n1": {}, "n2": _view(0, None)}) is None

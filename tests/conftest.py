@@ -39,3 +39,21 @@ def needs_docker() -> None:
 @pytest.fixture
 def needs_root() -> None:
     require(os.geteuid() == 0, "needs root for iptables/tc")
+
+
+# Seconds per test file (setup, call and teardown), printed after the run: CI must stay under
+# 45 minutes, and a file's total shows where the time goes better than its slowest tests.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.write_sep("=", "slowest test files")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:12]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {path}")

@@ -2,7 +2,8 @@
 contract (and a few steps outside it) always get a verdict, exit 0, 1 or 2, never 255.
 
 Each example is one real analysis on the session's one Spark session; MUTATION_EXAMPLES sets how
-many (120 in `make test`: CI has 45 minutes; set it higher for a longer search)."""
+many (40 in `make test`, 2.6 s each here and 4.6 s on CI's machine, where the suite must stay
+under 45 minutes; set it higher for a longer search, as before a release)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from checker.analyze import AnalyzeOptions, analyze_run, exit_code
 from tests.runbuilder import common_catalog, complete_events, hlc, write_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
-EXAMPLES = int(os.environ.get("MUTATION_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("MUTATION_EXAMPLES", "40"))
 OPTIONS = AnalyzeOptions(with_stats=True)
 HUGE = (1 << 70) + 3
 NAMES = st.sampled_from(["t1", "τ表", "t 1", "", "t1\u0000x", "DROP TABLE t1; --"])
@@ -191,7 +192,7 @@ def history_mutation(draw: st.DrawFn, events: list[dict[str, Any]]) -> list[dict
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(2400)  # 120 real analyses, 1.5-3 s each on a 2-core machine
+@pytest.mark.timeout(max(2400, EXAMPLES * 20))  # real analyses, 2-5 s each
 @settings(
     max_examples=EXAMPLES,
     deadline=None,

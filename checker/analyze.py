@@ -163,15 +163,16 @@ def analyze_runs(
         return [analyze_run(run_dirs[0], spark_master, spark=spark, options=options,
                             spark_remote=spark_remote)]  # fmt: skip
     owned = spark is None
-    # A batch as large as one small history compiles with C1 alone, as that history does; a
-    # larger one keeps C2 (8 runs of 8,700 events took 154 s with C1 alone against 142 s).
-    total = sum(_history_bytes(d) for d in run_dirs)
+    # A few runs as large as one small history in all compile with C1 alone, as that history
+    # does; more keep C2 (8 runs of 8,700 events took 154 s with C1 alone against 142 s).
+    short_lived = (
+        len(run_dirs) <= BATCH_CONCURRENCY
+        and sum(_history_bytes(d) for d in run_dirs) <= SMALL_HISTORY_BYTES
+    )
     session = (
         spark
         if spark is not None
-        else build_session(
-            spark_master, remote=spark_remote, short_lived=total <= SMALL_HISTORY_BYTES
-        )
+        else build_session(spark_master, remote=spark_remote, short_lived=short_lived)
     )
     try:
         if concurrency <= 1 or is_connect(session):

@@ -135,9 +135,11 @@ async def statuses(
 def leader_of(views: dict[str, dict[str, Any]]) -> str | None:
     """The Meta Storage leader most answering nodes name at the highest term any of them knows.
 
-    None while that term has no leader named: a voter that moved to a newer term is in an
-    election (pre-vote keeps a cut-off voter from raising its term alone), and the learners
-    still naming the old leader at the older term are stale.
+    While that term has no leader named, a voter that moved to it is in an election (pre-vote
+    keeps a cut-off voter from raising its term alone), and learners still naming the old
+    leader at the older term are stale: then only a node that answers as leader itself counts
+    (a voter whose campaign failed stays at its newer term with no leader while the old
+    leader keeps its quorum). None when there is neither.
     """
     if not views:
         return None
@@ -146,7 +148,10 @@ def leader_of(views: dict[str, dict[str, Any]]) -> str | None:
     for s in views.values():
         if int(s.get("term", 0)) == top and s.get("leader"):
             votes[str(s["leader"])] = votes.get(str(s["leader"]), 0) + 1
-    return max(sorted(votes), key=lambda n: votes[n]) if votes else None
+    if votes:
+        return max(sorted(votes), key=lambda n: votes[n])
+    leading = [(int(s.get("term", 0)), n) for n, s in views.items() if s.get("role") == "leader"]
+    return max(leading)[1] if leading else None
 
 
 async def metastore_leader(ctx: NemesisContext, timeout_s: float = 10.0) -> str | None:

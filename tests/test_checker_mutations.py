@@ -192,7 +192,7 @@ def history_mutation(draw: st.DrawFn, events: list[dict[str, Any]]) -> list[dict
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(max(2400, EXAMPLES * 20))  # real analyses, 2-5 s each
+@pytest.mark.timeout(max(600, EXAMPLES * 20))  # real analyses, 2-5 s each
 @settings(
     max_examples=EXAMPLES,
     deadline=None,

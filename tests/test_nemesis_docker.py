@@ -26,7 +26,10 @@ from nemesis.process import restart, resume, start_kill, start_pause
 from nemesis.runner import apply_step
 from schemasync.client import Client
 from targets.schemasync import SchemaSyncTarget
-from tests.test_harness_support import node_image, wait_for  # noqa: F401  (fixture)
+from tests.test_harness_support import (
+    node_image,  # noqa: F401  (fixture)
+    wait_for,
+)
 from workloads.history import HistoryRecorder, read_history
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]

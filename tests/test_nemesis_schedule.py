@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -156,7 +157,7 @@ def test_any_seed_gives_a_valid_symmetric_schedule(seed: int, n: int) -> None:
             assert p["learners"] and set(p["learners"]) <= set(learners)
 
 
-def _view(term: int, leader: str | None) -> dict[str, object]:
+def _view(term: int, leader: str | None) -> dict[str, Any]:
     return {"term": term, "leader": leader}
 
 
@@ -170,3 +171,15 @@ def test_the_leader_is_the_one_named_at_the_newest_term() -> None:
     assert leader_of({"n1": _view(3, "n1"), "n3": _view(3, "n3")}) == "n1"
     assert leader_of({}) is None
     assert leader_of({"n1": {}, "n2": _view(0, None)}) is None
+
+
+def test_a_failed_campaign_leaves_the_leader_that_answers_as_one() -> None:
+    """n3 moved to term 6 by a vote it granted in a campaign that failed, then lost touch with
+    n1, which kept its quorum at term 5: no one names a leader at 6, and n1 says it leads."""
+    views: dict[str, dict[str, Any]] = {
+        "n1": {"term": 5, "leader": "n1", "role": "leader"},
+        "n2": {"term": 5, "leader": "n1", "role": "follower"},
+        "n3": {"term": 6, "leader": None, "role": "follower"},
+    }
+    assert leader_of(views) == "n1"
+    assert leader_of({"n3": views["n3"], "n4": _view(5, "n2")}) is None

@@ -78,7 +78,8 @@ def test_local_schedule_clock_inhibit_pause_kill(
             try:
                 await run_schedule(_steps(), ctx, recorder, asyncio.Event())
                 # the restart waits for the survivors' election, not a fixed 4 s: elections
-                # time out in 300-600 ms, yet once on CI none had ended 4 s after the kill
+                # time out in 300-600 ms, yet once on CI the survivors named no new leader 4 s
+                # after the kill (the cause was not reproduced here: 5 runs, each elected)
                 assert await wait_for(elected, 30), "the survivors elected no leader in 30 s"
                 stop = NemesisStep(0.0, "stop-kill", {"fault": 3, "kind": "kill"})
                 await run_schedule([stop], ctx, recorder, asyncio.Event())

@@ -6,10 +6,14 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import docker_available, require
+
+if TYPE_CHECKING:
+    from nemesis import NemesisContext
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +49,12 @@ async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bo
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+async def survivors_elected(ctx: NemesisContext) -> bool:
+    """Whether the nodes not killed name a leader, and one that was not killed."""
+    from nemesis.context import leader_of, statuses
+
+    killed = ctx.state.killed
+    leader = leader_of(await statuses(ctx, [n for n in ctx.cluster.nodes if n not in killed]))
+    return leader is not None and leader not in killed

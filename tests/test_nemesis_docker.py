@@ -19,7 +19,7 @@ import pytest
 from harness.cluster import Cluster, ClusterSpec, provision
 from nemesis import NemesisStep, build_schedule, heal_all, run_schedule
 from nemesis.clock import measure, reset_clocks, start_clock
-from nemesis.context import NemesisContext, leader_of, metastore_leader, node_status, statuses
+from nemesis.context import NemesisContext, metastore_leader, node_status, statuses
 from nemesis.lagging import start_lagging, stop_lagging
 from nemesis.partition import grudge, heal_partition, start_partition
 from nemesis.process import restart, resume, start_kill, start_pause
@@ -28,6 +28,7 @@ from schemasync.client import Client
 from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import (
     node_image,  # noqa: F401  (fixture)
+    survivors_elected,
     wait_for,
 )
 from workloads.history import HistoryRecorder, read_history
@@ -206,13 +207,9 @@ def test_killed_metastore_leader_is_replaced_and_comes_back(
         assert old in ctx.cluster.voters
         value = await start_kill(ctx, {"target": "metastore-leader", "nodes": None})
         assert value["nodes"] == [old] and value["leader"] == old
-        survivors = [n for n in ctx.cluster.nodes if n != old]
-
-        async def elected() -> bool:
-            leader = leader_of(await statuses(ctx, survivors))
-            return leader is not None and leader != old
-
-        assert await wait_for(elected, 15), "no new leader among the survivors"
+        assert await wait_for(lambda: survivors_elected(ctx), 15), (
+            "no new leader among the survivors"
+        )
         back = await restart(ctx, [old])
         assert back["leader_before"] not in (None, old), back
         assert old in back["answered_ms"], back

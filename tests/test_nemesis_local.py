@@ -18,10 +18,10 @@ import pytest
 
 from harness.cluster import Cluster, ClusterSpec, provision
 from nemesis import NemesisContext, NemesisStep, heal_all, run_schedule
-from nemesis.context import leader_of, statuses
+from nemesis.context import statuses
 from nemesis.lagging import start_lagging, stop_lagging
 from targets.schemasync import SchemaSyncTarget
-from tests.test_harness_support import free_local_base, wait_for
+from tests.test_harness_support import free_local_base, survivors_elected, wait_for
 from workloads.history import HistoryRecorder, read_history
 
 pytestmark = pytest.mark.cluster
@@ -68,11 +68,6 @@ def test_local_schedule_clock_inhibit_pause_kill(
     ctx = NemesisContext(cluster=cluster, target=target, config={})
     host_before = time.time() - time.monotonic()
 
-    async def elected() -> bool:
-        killed = ctx.state.killed
-        leader = leader_of(await statuses(ctx, [n for n in cluster.nodes if n not in killed]))
-        return leader is not None and leader not in killed
-
     async def go() -> None:
         with HistoryRecorder(history) as recorder:
             try:
@@ -80,7 +75,9 @@ def test_local_schedule_clock_inhibit_pause_kill(
                 # the restart waits for the survivors' election, not a fixed 4 s: elections
                 # time out in 300-600 ms, yet once on CI the survivors named no new leader 4 s
                 # after the kill (the cause was not reproduced here: 5 runs, each elected)
-                assert await wait_for(elected, 30), "the survivors elected no leader in 30 s"
+                assert await wait_for(lambda: survivors_elected(ctx), 30), (
+                    "the survivors elected no leader in 30 s"
+                )
                 stop = NemesisStep(0.0, "stop-kill", {"fault": 3, "kind": "kill"})
                 await run_schedule([stop], ctx, recorder, asyncio.Event())
             finally:

@@ -177,6 +177,40 @@ def test_an_anomaly_in_a_cut_history_is_false(tmp_path: Path, spark: SparkSessio
     assert results["errors"], "the missing parts are still named"
 
 
+def _failed_read(schema_version: int) -> list[dict[str, Any]]:
+    """The only client op: a txn whose read ran at 3100 ms (t1 schema 3 in the catalog),
+    reporting `schema_version`, then failed; nothing in the history completed ok."""
+    op = {"op": "r", "table": "t1", "key": 1}
+    return [
+        {"type": "invoke", "process": 0, "f": "txn", "value": {"ops": [op]}},
+        {"type": "fail", "process": 0, "f": "txn", "node": "n1",
+         "error": {"code": "INCOMPATIBLE_SCHEMA", "message": "schema changed", "retriable": True},
+         "value": {"txn_id": "f1", "begin_ts": hlc(3050), "commit_ts": None,
+                   "ops": [{**op, "op_ts": hlc(3100), "node": "n2",
+                            "schema_version": schema_version, "result": None}],
+                   "tables": {"t1": {"base_ts": hlc(3050), "schema_version": 3}},
+                   "participants": []}},
+    ]  # fmt: skip
+
+
+@pytest.mark.spark
+def test_an_anomaly_is_reported_when_nothing_completed_ok(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """A run where no op succeeded did not get going (unknown), but what its events prove is
+    still reported and makes it false (history.md, "A complete history")."""
+    results = _analyze(spark, tmp_path / "off", _failed_read(2))
+    assert results["valid"] is False and exit_code(results) == 1
+    assert [(a["class"], a["events"]) for a in results["anomalies"]] == [("ap-violation", [1])]
+    assert any("did not get going" in e for e in results["errors"])
+    near_miss = _analyze(spark, tmp_path / "right", _failed_read(3))
+    assert near_miss["valid"] == "unknown" and near_miss["anomalies"] == []
+    assert any("did not get going" in e for e in near_miss["errors"])
+    with_stats = analyze_run(tmp_path / "off", spark=spark)  # the statistics of no ok op
+    assert with_stats["valid"] is False and with_stats["stats"]["events"] == 2
+
+
 @pytest.mark.spark
 def test_activation_out_of_order_is_reported_not_a_crash(
     tmp_path: Path,

@@ -1,10 +1,10 @@
 """replica-divergence: after the heal, two nodes' copies of one table disagree.
 
 Final reads are taken after every acknowledged write, so two ok final reads of a table on two
-nodes must hold the same rows (compared by key, each row by column name, whatever the order of
-keys or columns in the JSON); two final probes of a table on two nodes must name the same schema
-version and the same columns (in any order). A final probe is one invoked after the final-read
-phase began.
+nodes must hold the same rows (compared by key, each row by column id in the schema version
+the read reported, whatever the order of keys or columns in the JSON); two final probes of a
+table on two nodes must name the same schema version and the same columns (in any order). A
+final probe is one invoked after the final-read phase began.
 """
 
 from __future__ import annotations
@@ -25,19 +25,44 @@ def _latest_per_node(df: DataFrame) -> DataFrame:
     return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
 
 
-def _normal_rows() -> Column:
-    """The rows of a read as a sorted array of (key, sorted column/value pairs)."""
+def _normal_rows(by_id: bool) -> Column:
+    """The rows of a read as a sorted array of (key, sorted column/value pairs): each column
+    by its id in the read's schema (`col_ids`) where `by_id` and the catalog knows it, by its
+    name otherwise. Columns are identified by id, so a read before a RENAME COLUMN and one
+    after it hold the same rows."""
+
+    def column(c: Column) -> Column:
+        name = c.getField("key")
+        key = F.coalesce(F.element_at("col_ids", name).cast("string"), name) if by_id else name
+        return F.struct(key.alias("key"), c.getField("value").alias("value"))
 
     def normal(r: Column) -> Column:
-        cols = F.array_sort(F.map_entries(F.from_json(r.row, "map<string,string>")))
-        return F.struct(r.key.alias("key"), cols.alias("cols"))
+        cols = F.map_entries(F.from_json(r.row, "map<string,string>"))
+        return F.struct(r.key.alias("key"), F.array_sort(F.transform(cols, column)).alias("cols"))
 
     return F.array_sort(F.transform(F.coalesce("rows", F.array()), normal))
 
 
+def _with_column_ids(reads: DataFrame, cat: CatalogIndex) -> DataFrame:
+    """`reads` plus `col_ids` (column name -> id) of the table named `table` at the schema
+    version `read_sv` the read reported (its newest incarnation if a dropped table's name came
+    back); null when the catalog has no such schema."""
+    tables = cat.tables.groupBy(
+        F.col("table").alias("_ct"), F.col("schema_version").alias("_csv")
+    ).agg(F.max_by("table_id", "catalog_version").alias("_cid"))
+    schemas = cat.schemas.select(
+        F.col("table_id").alias("_sid"), F.col("schema_version").alias("_ssv"), "col_ids"
+    )
+    ids = tables.join(
+        schemas, (F.col("_cid") == F.col("_sid")) & (F.col("_csv") == F.col("_ssv"))
+    ).select("_ct", "_csv", "col_ids")
+    cond = (F.col("table") == F.col("_ct")) & (F.col("read_sv") == F.col("_csv"))
+    return reads.join(F.broadcast(ids), cond, "left").drop("_ct", "_csv")
+
+
 def _row_text(side: str) -> Sql:
     """The first differing key's row on one side as `{c=v, ...}`, or 'absent'."""
-    row = f"try_element_at(filter(`{side}_rows`, r -> r.`key` = `diff_key`), 1)"
+    row = f"try_element_at(filter(`{side}_named`, r -> r.`key` = `diff_key`), 1)"
     cols = f"transform({row}.cols, c -> concat(c.`key`, '=', coalesce(c.`value`, 'null')))"
     return Sql(f"coalesce(concat('{{', array_join({cols}, ', '), '}}'), 'absent')")
 
@@ -61,8 +86,13 @@ def _columns_text(side: str) -> Sql:
 
 def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Pairs of nodes whose final reads (rows) or final probes (schema) of a table disagree."""
-    reads = _latest_per_node(frames.table_reads).select(
-        "table", "node", "index", "ts", _normal_rows().alias("rows")
+    reads = _with_column_ids(_latest_per_node(frames.table_reads), cat).select(
+        "table",
+        "node",
+        "index",
+        "ts",
+        _normal_rows(by_id=True).alias("rows"),
+        _normal_rows(by_id=False).alias("named"),  # as the node named them, for the sentence
     )
     a = reads.select(*(F.col(c).alias(f"a_{c}") for c in reads.columns))
     b = reads.select(*(F.col(c).alias(f"b_{c}") for c in reads.columns))

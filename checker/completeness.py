@@ -8,7 +8,6 @@ and each error here says what is missing precisely enough to act on.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from checker.contract import value_or_none
 from checker.facts import LastWrite
 from checker.frames import RunFrames
 from checker.ingest import CLIENT_PROCESS
@@ -119,13 +119,7 @@ def unhealed_faults(events: Iterable[Any]) -> list[str]:
 
 def _fault(event: Mapping[str, Any]) -> Any:
     """The `fault` id in a nemesis event's value, or None."""
-    text = event.get("value_json")
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+    value = value_or_none(event.get("value_json"))
     fault = value.get("fault") if isinstance(value, dict) else None
     return fault if isinstance(fault, (int, str)) else None
 

@@ -107,9 +107,11 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         raise ContractError("run.json", None, None, "missing from the run directory")
     try:
-        doc = json.loads(path.read_text("utf-8"))
+        doc = strict_json(path.read_text("utf-8"))
     except json.JSONDecodeError as e:
         raise ContractError("run.json", e.lineno, None, f"not valid JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:
+        raise ContractError("run.json", None, None, f"not valid JSON ({e})") from None
     problem = first_problem("run", doc)
     if problem is not None:
         raise ContractError("run.json", None, problem[0], problem[1])
@@ -123,10 +125,20 @@ def read_catalog_lines(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise ContractError("catalog.jsonl", None, None, "missing from the run directory")
     lines: list[dict[str, Any]] = []
+    line_of: dict[int, int] = {}
     for number, doc in _json_lines(path, "catalog.jsonl"):
         problem = first_problem("catalog_line", doc)
         if problem is not None:
             raise ContractError("catalog.jsonl", number, problem[0], problem[1])
+        version = doc["catalog_version"]
+        if version in line_of:  # two answers to cat(ts) for the same version
+            raise ContractError(
+                "catalog.jsonl",
+                number,
+                "catalog_version",
+                f"is {version}, as on line {line_of[version]} (one line per catalog version)",
+            )
+        line_of[version] = number
         lines.append(doc)
     if not lines:
         raise ContractError(
@@ -177,6 +189,28 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
 _TORN: Any = object()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def value_or_none(text: Any) -> Any:
+    """A nemesis value's JSON text (as the ingest keeps it) parsed, or None when there is none
+    or it cannot be read (nested deeper than Python's parser goes): such a value only informs
+    pairing faults and statistics, and never stops the analysis."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return strict_json(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def strict_json(text: str | bytes) -> Any:
+    """`text` parsed as JSON proper: Python's parser also takes NaN and Infinity, which JSON
+    has not, so a line holding one would be judged on a value no other reader gives it."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def _json_lines(path: Path, name: str, allow_torn_tail: bool = False) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) for each line, streamed so huge files fit in memory."""
     with open(path, "rb") as f:
@@ -187,8 +221,12 @@ def _json_lines(path: Path, name: str, allow_torn_tail: bool = False) -> Iterato
                     return
                 raise ContractError(name, number, None, "empty line")
             try:
-                doc = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                doc = strict_json(raw)
+            except RecursionError:
+                raise ContractError(
+                    name, number, None, "nested too deeply for the checker to read"
+                ) from None
+            except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
                 if not complete and allow_torn_tail:
                     yield number, _TORN
                     return

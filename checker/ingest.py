@@ -37,7 +37,7 @@ META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
 SOURCE_STAMP = "_source.json"
 # raised whenever the cache's columns or per-line checks change: an older cache is rebuilt
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # Histories up to this size are validated against the full JSON Schema in Python first (exact
 # messages); bigger ones by Spark expressions over the required fields.
 PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
@@ -153,7 +153,12 @@ def _contract_schema(fields: tuple[str, ...]) -> T.StructType:
 
 
 # a field of the wrong type is null and the line is kept whole in CORRUPT
-PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+# NaN and Infinity are not JSON (Jackson, like Python, reads them unless told not to)
+PERMISSIVE = {
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": CORRUPT,
+    "allowNonNumericNumbers": "false",
+}
 
 # the recorder's columns: the parsed line without its parse-error column
 COLUMNAR_SCHEMA = T.StructType([f for f in LINE_SCHEMA.fields if f.name != CORRUPT]).add(

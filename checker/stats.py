@@ -9,7 +9,6 @@ come back to the driver.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.catalog_index import MAX_TS, Interval, IntervalLookup
+from checker.contract import value_or_none
 from checker.frames import SCHEMA_ERRORS, RunFrames
 
 QUANTILES = [0.5, 0.9, 0.99]
@@ -128,10 +128,7 @@ def restarts(
     for e in nemesis:
         if e["f"] not in ("start-kill", "stop-kill"):
             continue
-        try:
-            value = json.loads(e["value_json"]) if e["value_json"] else None
-        except ValueError:
-            continue
+        value = value_or_none(e["value_json"])
         nodes = value.get("nodes") if isinstance(value, dict) else None
         if not isinstance(nodes, list) or not isinstance(e["time"], int):
             continue
@@ -418,7 +415,7 @@ def _nemesis_window_spans(
     open_: dict[str, dict[str, Any]] = {}
     for e in frames.known().nemesis:
         f = str(e["f"])
-        value = json.loads(e["value_json"]) if e["value_json"] else None
+        value = value_or_none(e["value_json"])
         kind, _, what = f.partition("-")
         if kind == "start" and what:
             w: dict[str, Any] = {

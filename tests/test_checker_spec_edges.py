@@ -350,6 +350,67 @@ def test_a_negative_process_is_a_client(
     assert results["anomalies"] == []
 
 
+@pytest.mark.spark
+@PATHS
+def test_nan_is_not_json(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    """Python's parser takes NaN, which JSON has not: a final read holding one is a line that
+    breaks the contract (unknown, named), not a value to judge."""
+    run = write_run(tmp_path / "run", base())
+    lines = (run / "history.jsonl").read_text().splitlines()
+    lines[5] = lines[5].replace('"c1": 1', '"c1": NaN')
+    assert "NaN" in lines[5]
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    results = judge(run, spark, options)
+    assert results["valid"] == "unknown" and results["anomalies"] == [], results
+    assert results["errors"][0].startswith("history.jsonl line 6"), results
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_nemesis_value_nested_too_deep_to_parse_is_named_not_a_crash(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    options: AnalyzeOptions,
+) -> None:
+    heal = {"index": 1, "time": 2, "type": "info", "process": "nemesis", "f": "stop-x",
+            "value": {}}  # fmt: skip
+    events = [heal, *({**e, "index": e["index"] + 2} for e in base())]
+    run = write_run(tmp_path / "run", events)
+    # deeper than Python's parser (and Jackson's default limit) goes; written by hand, since
+    # Python's encoder stops short of it too
+    deep = "[" * 3000 + "]" * 3000
+    fault = ('{"index": 0, "time": 1, "type": "info", "process": "nemesis", "f": "start-x", '
+             f'"value": {{"deep": {deep}}}}}')  # fmt: skip
+    history = run / "history.jsonl"
+    history.write_text(fault + "\n" + history.read_text())
+    results = judge(run, spark, options)
+    assert results["valid"] in (True, "unknown"), results
+    if results["valid"] == "unknown":
+        assert results["errors"][0].startswith("history.jsonl line 1"), results
+
+
+@pytest.mark.spark
+def test_a_catalog_version_on_two_lines_breaks_the_contract(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    run = write_run(tmp_path / "run", base())
+    lines = (run / "catalog.jsonl").read_text().splitlines()
+    again = json.loads(lines[1])
+    again["activation_ts"] += 5
+    (run / "catalog.jsonl").write_text("\n".join([*lines[:2], json.dumps(again), *lines[2:]]))
+    results = judge(run, spark)
+    assert results["valid"] == "unknown", results
+    assert results["errors"] == [
+        f"catalog.jsonl line 3: field 'catalog_version': is {again['catalog_version']}, as on "
+        "line 2 (one line per catalog version)"
+    ], results
+
+
 def test_the_common_catalog_has_the_index_the_base_reads() -> None:
     last = json.loads((HISTORIES / "common" / "catalog.jsonl").read_text().splitlines()[-1])
     assert {"i1": "AVAILABLE"}.items() <= {i["name"]: i["state"] for i in

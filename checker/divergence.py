@@ -47,17 +47,16 @@ def _with_column_ids(reads: DataFrame, cat: CatalogIndex) -> DataFrame:
     """`reads` plus `col_ids` (column name -> id) of the table named `table` at the schema
     version `read_sv` the read reported (its newest incarnation if a dropped table's name came
     back); null when the catalog has no such schema."""
-    tables = cat.tables.groupBy(
-        F.col("table").alias("_ct"), F.col("schema_version").alias("_csv")
-    ).agg(F.max_by("table_id", "catalog_version").alias("_cid"))
+    placed = cat.with_table(
+        cat.with_reported_version(reads, "table", "read_sv", "_rv"), "_rv", "table", "_r"
+    )
     schemas = cat.schemas.select(
         F.col("table_id").alias("_sid"), F.col("schema_version").alias("_ssv"), "col_ids"
     )
-    ids = tables.join(
-        schemas, (F.col("_cid") == F.col("_sid")) & (F.col("_csv") == F.col("_ssv"))
-    ).select("_ct", "_csv", "col_ids")
-    cond = (F.col("table") == F.col("_ct")) & (F.col("read_sv") == F.col("_csv"))
-    return reads.join(F.broadcast(ids), cond, "left").drop("_ct", "_csv")
+    cond = (F.col("_r_id") == F.col("_sid")) & (F.col("read_sv") == F.col("_ssv"))
+    return placed.join(F.broadcast(schemas), cond, "left").drop(
+        "_rv", "_r_id", "_r_sv", "_r_since", "_sid", "_ssv"
+    )
 
 
 def _row_text(side: str) -> Sql:

@@ -277,19 +277,10 @@ def test_copies_per_node_are_compared_only_where_the_target_declares_them(
     assert [a["events"] for a in declared["anomalies"]] == [[5, 7]]
 
 
-def _renamed_between_reads(run: Path, n1_c2: str) -> Path:
-    """`run` with c1 renamed to c9 (t1 schema 5, at 6200 ms) after n1's final read of t1,
+def _renamed_between_reads(dest: Path, n1_c2: str) -> Path:
+    """A run with c1 renamed to c9 (t1 schema 5, at 6200 ms) after n1's final read of t1,
     where key 1 has c2 = `n1_c2`, and before n2's (key 1 as written) and the read of i1."""
-    lines = (run / "catalog.jsonl").read_text().splitlines()
-    renamed = json.loads(lines[-1])
-    t1 = renamed["tables"]["t1"]
-    t1["schema_version"] = 5
-    t1["columns"][0]["name"] = "c9"
-    t1["indexes"][0]["columns"] = ["c9"]
-    renamed.update(catalog_version=6, activation_ts=6200 << 16, safe_ts=6100 << 16,
-                   ddl="ALTER TABLE t1 RENAME COLUMN c1 TO c9")  # fmt: skip
-    (run / "catalog.jsonl").write_text("\n".join([*lines, json.dumps(renamed)]) + "\n")
-    events = json.loads("[" + ",".join((run / "history.jsonl").read_text().splitlines()) + "]")
+    events = base()
     n2 = {"table": "t1", "ts": 6300 << 16, "schema_version": 5,
           "rows": [{"key": 1, "row": {"c9": 1, "c2": "a"}}]}  # fmt: skip
     events[5]["node"] = "n1"
@@ -299,7 +290,16 @@ def _renamed_between_reads(run: Path, n1_c2: str) -> Path:
                    {**_invoke(7, 4, "final-read", n2), "type": "ok", "node": "n2"}]  # fmt: skip
     for i, e in enumerate(events):
         e["index"] = i
-    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    run = write_run(dest, events, {"capabilities": ["per-node-copies"]})
+    lines = (run / "catalog.jsonl").read_text().splitlines()
+    renamed = json.loads(lines[-1])
+    t1 = renamed["tables"]["t1"]
+    t1["schema_version"] = 5
+    t1["columns"][0]["name"] = "c9"
+    t1["indexes"][0]["columns"] = ["c9"]
+    renamed.update(catalog_version=6, activation_ts=6200 << 16, safe_ts=6100 << 16,
+                   ddl="ALTER TABLE t1 RENAME COLUMN c1 TO c9")  # fmt: skip
+    (run / "catalog.jsonl").write_text("\n".join([*lines, json.dumps(renamed)]) + "\n")
     return run
 
 
@@ -310,11 +310,9 @@ def test_copies_are_compared_by_column_id_across_a_rename(
 ) -> None:
     """system.md: columns are identified by id. A final read before RENAME COLUMN c1 TO c9
     and one after it hold the same row; a different value in another column differs."""
-    declared = {"capabilities": ["per-node-copies"]}
-    same = _renamed_between_reads(write_run(tmp_path / "same", base(), declared), "a")
-    results = judge(same, spark)
+    results = judge(_renamed_between_reads(tmp_path / "same", "a"), spark)
     assert results["valid"] is True and results["errors"] == [], results
-    differ = _renamed_between_reads(write_run(tmp_path / "differ", base(), declared), "b")
+    differ = _renamed_between_reads(tmp_path / "differ", "b")
     results = judge(differ, spark)
     assert classes(results) == {"replica-divergence"}, results
     [found] = results["anomalies"]

@@ -22,10 +22,9 @@ prints issue 20's ratios, one measurement each, every cold one in a fresh proces
 included): a cold `python -m checker` of RUN_DIR (a real run of ~10^4 events) against a bare
 session start + JSON read + count of its history; the same run through a warm Spark Connect
 session (the median of the later half of --warm-rounds analyses); 20 copies of it in one
-`analyze_runs` against one cold, and one synthetic history as big as those 20 together,
-judged cold from its Parquet copy (what one plan for the whole batch would cost); and a
-synthetic foreign JSONL of --foreign-events (10^6) analyzed cold against a bare inferred JSON
-scan + count.
+`analyze_runs` (one plan for the batch, partitioned by run) against one cold; and a synthetic
+foreign JSONL of --foreign-events (10^6) analyzed cold against a bare inferred JSON scan +
+count.
 """
 
 from __future__ import annotations
@@ -230,21 +229,6 @@ def ratios(
     batch = _timed(ANALYZE, master, *copies)
     print(f"batch of 20 {batch:.1f} s / one cold {cold:.1f} s = {batch / cold:.2f}x"
           " (target <= 3x)", flush=True)  # fmt: skip
-    # One plan for the whole batch (partitioned by run) reads as many events as the 20 runs
-    # together, through the same checks: one synthetic history of that size, judged cold from
-    # the analyzer's Parquet cache of it, is about what such a plan would cost (a synthetic
-    # history, read from the cache, against the real run read from its recorder's copy).
-    with open(run / "history.jsonl", "rb") as history:
-        events = sum(1 for _ in history) * len(copies)
-    merged = work / f"batch-as-one-{events}"
-    if not (merged / "history.jsonl").exists():
-        generate_run(merged, seed=events, events=events)
-    if not (merged / PARQUET_DIR).exists():
-        _timed(ANALYZE, master, str(merged))  # the analyzer's Parquet cache, not timed
-    one = _timed(ANALYZE, master, str(merged))
-    print(f"one history of the batch's {events} events, cold from its Parquet copy {one:.1f} s"
-          f" / one cold {cold:.1f} s = {one / cold:.2f}x (what one plan for the batch would"
-          " cost, about)", flush=True)  # fmt: skip
     if foreign:
         synth = work / f"foreign-{foreign}"
         if not (synth / "history.jsonl").exists():

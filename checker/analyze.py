@@ -10,9 +10,10 @@ in `errors`, and the verdict is "unknown" unless the prefix already shows an ano
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from pyspark.sql import functions as F
 
 from checker.anomaly_classes import ANOMALY_CLASSES
 from checker.atomicity import ap_violation, mixed_schema_commit, transborder_op
-from checker.catalog_index import CatalogIndex
+from checker.catalog_index import RUN, CatalogIndex, RunCatalog
 from checker.compatibility import incompatible_commit
 from checker.completeness import check_completeness
 from checker.conformance import schema_conformance
@@ -36,9 +37,9 @@ from checker.facts import RunFacts
 from checker.frames import RunFrames, build_frames, kept_as_rows, release
 from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
-from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, ingest_history
+from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, Ingested, ingest_history
 from checker.run_facts import with_facts
-from checker.session import build_session, is_connect, local_heap_bytes
+from checker.session import build_session, local_heap_bytes
 from checker.stats import StatsOptions, compute_stats
 
 Check = Callable[[RunFrames, CatalogIndex], DataFrame]
@@ -71,14 +72,11 @@ CHECKS: tuple[CheckSpec, ...] = (
 CLASSES = tuple(c.name for c in CHECKS)
 assert set(CLASSES) <= set(ANOMALY_CLASSES), "a check's name is not an anomaly class"
 MAX_PER_CLASS = 1000
-# Runs of a batch judged at once on a classic session. On local[2], 8 runs of 8,400 events
-# were judged 1.9x faster 2 at a time and 2.1x faster 3 at a time than one at a time; with the
-# leaner plans of later code, on another machine, 1, 2 and 3 at a time were alike (8 runs of
-# 8,781 events: 88, 99, 92 s), each run's JIT warm-up and fixed steps bounding the batch.
-BATCH_CONCURRENCY = 3
-# A history this small is judged in one partition (about 30,000 events, the small-input mode),
-# so it leaves cores to the batch's other runs; a larger one is judged alone.
+# A history this small (about 30,000 events) is judged in a short-lived JVM (C1 alone).
 SMALL_HISTORY_BYTES = 16 * 2**20
+# The runs of a batch share one plan up to this much history in all (about 500,000 events);
+# a bigger run is judged in a plan of its own.
+BATCH_MAX_BYTES = 256 * 2**20
 # The checks are judged as this many unions at once, beside the statistics. Building a plan is
 # one py4j call after another, and a small run's plan runs mostly one stage after another, so
 # one union at a time leaves a core idle.
@@ -110,36 +108,9 @@ def analyze_run(
     Uses `spark` when given (the caller owns it); otherwise makes a session on `spark_master`
     (or on the Spark Connect server `spark_remote`) and stops it before returning.
     """
-    run_dir = Path(run_dir)
-    started = time.monotonic()
-    try:  # the small files first: a broken run directory needs no Spark at all
-        if not run_dir.is_dir():
-            raise ContractError(str(run_dir), None, None, "not a run directory")
-        run = read_run_json(run_dir)
-        lines = read_catalog_lines(run_dir)  # read once: 34k versions take 4 s to validate
-        if not (run_dir / "history.jsonl").exists():
-            raise ContractError("history.jsonl", None, None, "missing from the run directory")
-    except ContractError as e:
-        results = _unknown([str(e)], started)
-    else:
-        owned = spark is None
-        session = (
-            spark
-            if spark is not None
-            else build_session(
-                spark_master,
-                remote=spark_remote,
-                short_lived=_history_bytes(run_dir) <= SMALL_HISTORY_BYTES,
-            )
-        )
-        try:
-            results = _analyze(session, run_dir, run, lines, options)
-        finally:
-            if owned:
-                session.stop()
-    if options.write_results and run_dir.is_dir():
-        (run_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return results
+    return analyze_runs(
+        [run_dir], spark_master, spark=spark, options=options, spark_remote=spark_remote
+    )[0]
 
 
 def analyze_runs(
@@ -149,61 +120,93 @@ def analyze_runs(
     spark: SparkSession | None = None,
     options: AnalyzeOptions = AnalyzeOptions(),
     spark_remote: str | None = None,
-    concurrency: int = BATCH_CONCURRENCY,
 ) -> list[dict[str, Any]]:
-    """Analyze each run directory in one Spark application (one JVM start for all of them),
-    writing each one's `results.json`; the results in the order given.
+    """Analyze each run directory in one Spark application, writing each one's `results.json`;
+    the results in the order given.
 
-    On a classic session the runs are judged `concurrency` at a time, each in its own session
-    of the one SparkContext: a small run's plan is built in Python and runs in one partition,
-    so one run at a time leaves a core idle. Its own session keeps each run's SQL settings
-    (the small-input mode) from leaking into another's. A Spark Connect session has no
-    `newSession`, and its runs are judged one after another."""
-    if len(run_dirs) == 1:  # its own session, sized to the one history
-        return [analyze_run(run_dirs[0], spark_master, spark=spark, options=options,
-                            spark_remote=spark_remote)]  # fmt: skip
-    owned = spark is None
-    # A few runs as large as one small history in all compile with C1 alone, as that history
-    # does; more keep C2 (8 runs of 8,700 events took 154 s with C1 alone against 142 s).
-    short_lived = (
-        len(run_dirs) <= BATCH_CONCURRENCY
-        and sum(_history_bytes(d) for d in run_dirs) <= SMALL_HISTORY_BYTES
-    )
-    session = (
-        spark
-        if spark is not None
-        else build_session(spark_master, remote=spark_remote, short_lived=short_lived)
-    )
-    try:
-        if concurrency <= 1 or is_connect(session):
-            return [analyze_run(d, spark=session, options=options) for d in run_dirs]
-        results: dict[int, dict[str, Any]] = {}
-        small = [i for i, d in enumerate(run_dirs) if _history_bytes(d) <= SMALL_HISTORY_BYTES]
-        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="analyze")
-        try:
-            judged = pool.map(
-                lambda i: analyze_run(run_dirs[i], spark=session.newSession(), options=options),
-                small,
+    The runs are judged together, in one plan per batch partitioned by run (`batches`): every
+    step of a check runs once for all of them, where one plan per run paid each step's fixed
+    cost once per run. Each run gets what it gets judged alone."""
+    started = time.monotonic()
+    results: dict[int, dict[str, Any]] = {}
+    readable: list[_Readable] = []
+    for i, d in enumerate(run_dirs):
+        try:  # the small files first: a broken run directory needs no Spark at all
+            readable.append(_read_small_files(i, Path(d)))
+        except ContractError as e:
+            results[i] = _unknown([str(e)], started)
+    if readable:
+        owned = spark is None
+        session = (
+            spark
+            if spark is not None
+            else build_session(
+                spark_master,
+                remote=spark_remote,
+                short_lived=sum(r.bytes for r in readable) <= SMALL_HISTORY_BYTES,
             )
-            results.update(zip(small, judged, strict=True))
+        )
+        try:
+            for batch in batches(readable):
+                results.update(_analyze(session, batch, options))
         finally:
-            # Ctrl-C: the runs not yet begun are dropped, and the ones under way fail as soon
-            # as the session below is stopped, instead of the batch running to its end
-            pool.shutdown(wait=False, cancel_futures=True)
-        for i, d in enumerate(run_dirs):  # a large run keeps both cores busy on its own
-            if i not in results:
-                results[i] = analyze_run(d, spark=session, options=options)
-        return [results[i] for i in range(len(run_dirs))]
-    finally:
-        if owned:
-            session.stop()
+            if owned:
+                session.stop()
+    for i, d in enumerate(run_dirs):
+        if options.write_results and Path(d).is_dir():
+            text = json.dumps(results[i], indent=2, default=str) + "\n"
+            (Path(d) / "results.json").write_text(text)
+    return [results[i] for i in range(len(run_dirs))]
+
+
+@dataclass(frozen=True)
+class _Readable:
+    """A run directory whose small files were read: its place in the batch (its run id)."""
+
+    run: int
+    dir: Path
+    meta: dict[str, Any]  # run.json
+    lines: list[dict[str, Any]]  # catalog.jsonl
+    bytes: int  # history.jsonl's size
+
+    @property
+    def clock(self) -> str:
+        return str(self.meta.get("clock", "hlc"))
+
+
+def _read_small_files(run: int, run_dir: Path) -> _Readable:
+    if not run_dir.is_dir():
+        raise ContractError(str(run_dir), None, None, "not a run directory")
+    meta = read_run_json(run_dir)
+    lines = read_catalog_lines(run_dir)  # read once: 34k versions take 4 s to validate
+    if not (run_dir / "history.jsonl").exists():
+        raise ContractError("history.jsonl", None, None, "missing from the run directory")
+    return _Readable(run, run_dir, meta, lines, _history_bytes(run_dir))
+
+
+def batches(runs: Sequence[_Readable]) -> list[list[_Readable]]:
+    """The plans a batch is judged in: runs of one clock together (clock-free checks take
+    other shapes), each plan at most BATCH_MAX_BYTES of history (a bigger run alone)."""
+    by_clock: dict[str, list[_Readable]] = {}
+    for r in runs:
+        by_clock.setdefault(r.clock, []).append(r)
+    out: list[list[_Readable]] = []
+    for group in by_clock.values():
+        plan: list[_Readable] = []
+        for r in group:
+            if plan and sum(p.bytes for p in plan) + r.bytes > BATCH_MAX_BYTES:
+                out.append(plan)
+                plan = []
+            plan.append(r)
+        out.append(plan)
+    return out
 
 
 def _history_bytes(run_dir: Path) -> int:
     try:
         return (Path(run_dir) / "history.jsonl").stat().st_size
     except OSError:
-        return 0  # a broken run directory: judged unknown at once, by the small ones
+        return 0
 
 
 def combined_exit_code(results: Sequence[dict[str, Any]]) -> int:
@@ -236,60 +239,59 @@ def _unknown(errors: list[str], started: float) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Judged:
+    """What a batch's plan found for one of its runs."""
+
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    per_class: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 def _analyze(
-    spark: SparkSession,
-    run_dir: Path,
-    run: dict[str, Any],
-    lines: list[dict[str, Any]],
-    options: AnalyzeOptions,
-) -> dict[str, Any]:
+    spark: SparkSession, batch: Sequence[_Readable], options: AnalyzeOptions
+) -> dict[int, dict[str, Any]]:
+    """Judge the runs of `batch` (one clock) in one plan; each run's results by its id."""
     started = time.monotonic()
-    clock = run.get("clock", "hlc")
-    # the catalog's frames are built while the history is read (1.4 s of a cold analysis):
+    # the catalogs' frames are built while the histories are read (1.4 s of a cold analysis):
     # neither needs the other
     pool = ThreadPoolExecutor(1, thread_name_prefix="catalog")
-    catalog = pool.submit(CatalogIndex, spark, lines, rename_column_compatible(run), clock)
+    catalog = pool.submit(
+        CatalogIndex.of_runs,
+        spark,
+        [RunCatalog(r.lines, rename_column_compatible(r.meta), r.clock, r.run) for r in batch],
+    )
     pool.shutdown(wait=False)
-    try:
-        ingested = ingest_history(spark, run_dir, options.python_validation_max_bytes)
-    except ContractError as e:
-        return _unknown([str(e)], started)
-    errors: list[str] = []
-    if ingested.truncated_tail:
-        errors.append(
-            f"history.jsonl line {ingested.count + 1}: truncated (the controller died while "
-            "writing it); the readable prefix was analyzed"
-        )
+    out: dict[int, dict[str, Any]] = {}
+    ingested: dict[int, Ingested] = {}
+    for r in batch:
+        try:
+            ingested[r.run] = ingest_history(spark, r.dir, options.python_validation_max_bytes)
+        except ContractError as e:
+            out[r.run] = _unknown([str(e)], started)
     cat = catalog.result()
-    errors.extend(cat.errors)  # parts of the catalog it cannot judge (an unknown column type)
-    restore = _small_input_mode(spark, ingested.count, options.small_input_events)
-    # one partition for a small run: a single-partition input satisfies every join's and
+    judged = [r for r in batch if r.run in ingested]
+    if not judged:
+        return out
+    runs = tuple(r.run for r in judged)
+    total = sum(i.count for i in ingested.values())
+    restore = _small_input_mode(spark, total, options.small_input_events)
+    events = functools.reduce(
+        DataFrame.unionByName,
+        (ingested[r].events.select(F.lit(r).cast("long").alias(RUN), "*") for r in runs),
+    )
+    # one partition for a small batch: a single-partition input satisfies every join's and
     # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
-    events = ingested.events.coalesce(1) if restore else ingested.events
+    events = events.coalesce(1) if restore else events
     frames = build_frames(
-        events, cat, as_rows=kept_as_rows(ingested.count, local_heap_bytes(spark))
+        events, cat, as_rows=kept_as_rows(total, local_heap_bytes(spark)), runs=runs
     )
     try:
         frames = with_facts(frames, cat.clock_free)
-        errors.extend(e for e in (_unpaired(frames.known()), _reinvoked(frames.known())) if e)
-        if frames.known().ok == 0:
-            # unknown however complete, but what its events prove is still reported (a
-            # history whose every txn failed may still show an op on the wrong version)
-            errors.append("no client operation completed: the run did not get going (setup?)")
-        # An incomplete history can still prove an anomaly, never validity (history.md).
-        completeness = check_completeness(
-            frames, cat.lines[-1] if cat.lines else None, cat.lines, cat.clock_free
-        )
-        errors.extend(completeness.errors)
-        not_applicable = [c.name for c in CHECKS if c.needs_clock and clock == "none"]
-        # copies per node are compared only where the target declares them (anomalies.md):
-        # elsewhere two nodes' final reads may differ by design (a stale standby's)
-        caps = run.get("capabilities")
-        if not (isinstance(caps, list) and PER_NODE_COPIES in caps):
-            not_applicable.append("replica-divergence")
-        applicable = [c for c in CHECKS if c.name not in not_applicable]
-        anomalies, per_class, found_stats = _judge(frames, cat, applicable, run, options)
-        stats: dict[str, Any] = {"events": ingested.count, **found_stats}
+        errors = {r.run: _errors(frames, cat, r.run, ingested[r.run]) for r in judged}
+        not_applicable = {r.run: _not_applicable(r) for r in judged}
+        applicable = [c for c in CHECKS if any(c.name not in n for n in not_applicable.values())]
+        found = _judge(frames, cat, applicable, {r.run: r.meta for r in judged}, options)
     finally:
         release(frames)
         for key, value in restore.items():
@@ -297,21 +299,68 @@ def _analyze(
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-    stats["anomalies_by_class"] = per_class
-    stats["analysis_s"] = round(time.monotonic() - started, 3)
-    if anomalies:
-        valid: bool | str = False
-    elif errors:
-        valid = "unknown"
-    else:
-        valid = True
-    return {
-        "valid": valid,
-        "anomalies": anomalies,
-        "not_applicable": not_applicable,
-        "stats": stats,
-        "errors": errors,
-    }
+    elapsed = round(time.monotonic() - started, 3)
+    for r in judged:
+        j = found.get(r.run, _Judged())
+        # a class that does not apply to this run was judged for the others: its rows dropped
+        anomalies = [a for a in j.anomalies if a["class"] not in not_applicable[r.run]]
+        stats: dict[str, Any] = {"events": ingested[r.run].count, **j.stats}
+        stats["anomalies_by_class"] = {
+            c.name: j.per_class.get(c.name, 0)
+            for c in applicable
+            if c.name not in not_applicable[r.run]
+        }
+        stats["analysis_s"] = elapsed
+        if anomalies:
+            valid: bool | str = False
+        elif errors[r.run]:
+            valid = "unknown"
+        else:
+            valid = True
+        out[r.run] = {
+            "valid": valid,
+            "anomalies": anomalies,
+            "not_applicable": not_applicable[r.run],
+            "stats": stats,
+            "errors": errors[r.run],
+        }
+    return out
+
+
+def _errors(frames: RunFrames, cat: CatalogIndex, run: int, ingested: Ingested) -> list[str]:
+    """What keeps run `run` from being judged valid: an incomplete history, a part of its
+    catalog the checker cannot judge, a history that breaks the contract's pairing rules."""
+    errors: list[str] = []
+    if ingested.truncated_tail:
+        errors.append(
+            f"history.jsonl line {ingested.count + 1}: truncated (the controller died while "
+            "writing it); the readable prefix was analyzed"
+        )
+    errors.extend(cat.runs[run].errors)  # parts it cannot judge (an unknown column type)
+    facts = frames.known(run)
+    errors.extend(e for e in (_unpaired(facts), _reinvoked(facts)) if e)
+    if facts.ok == 0:
+        # unknown however complete, but what its events prove is still reported (a
+        # history whose every txn failed may still show an op on the wrong version)
+        errors.append("no client operation completed: the run did not get going (setup?)")
+    # An incomplete history can still prove an anomaly, never validity (history.md).
+    lines = cat.runs[run].lines
+    completeness = check_completeness(
+        frames, run, lines[-1] if lines else None, lines, cat.clock_free
+    )
+    errors.extend(completeness.errors)
+    return errors
+
+
+def _not_applicable(r: _Readable) -> list[str]:
+    """The classes that do not apply to a run: those that need a clock, without one; and
+    copies per node compared only where the target declares them (anomalies.md): elsewhere two
+    nodes' final reads may differ by design (a stale standby's)."""
+    out = [c.name for c in CHECKS if c.needs_clock and r.clock == "none"]
+    caps = r.meta.get("capabilities")
+    if not (isinstance(caps, list) and PER_NODE_COPIES in caps):
+        out.append("replica-divergence")
+    return out
 
 
 def _unpaired(facts: RunFacts) -> str | None:
@@ -368,30 +417,34 @@ def _judge(
     frames: RunFrames,
     cat: CatalogIndex,
     checks: list[CheckSpec],
-    run: dict[str, Any],
+    metas: Mapping[int, dict[str, Any]],
     options: AnalyzeOptions,
-) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any]]:
-    """The anomalies (at most `options.max_per_class` per class), each class's count and the
-    statistics: CHECK_UNIONS unions of the checks and the statistics, each built and collected
-    in its own thread, all at once."""
+) -> dict[int, _Judged]:
+    """Each run's anomalies (at most `options.max_per_class` per class), each class's count and
+    the statistics: CHECK_UNIONS unions of the checks and the statistics, each built and
+    collected in its own thread, all at once, every run of the batch in each."""
     groups = [g for g in (checks[i::CHECK_UNIONS] for i in range(CHECK_UNIONS)) if g]
     pool = ThreadPoolExecutor(len(groups) + 1, thread_name_prefix="judge")
     try:
         found = [pool.submit(_collect, frames, cat, g, options.max_per_class) for g in groups]
         stats = (
-            pool.submit(compute_stats, frames, run, ack_lookup(frames, cat), options.stats)
+            pool.submit(compute_stats, frames, metas, ack_lookup(frames, cat), options.stats)
             if options.with_stats
             else None
         )
-        anomalies: list[dict[str, Any]] = []
-        counts: dict[str, int] = {}
+        out = {r: _Judged() for r in frames.runs}
         for f in found:
             group_anomalies, group_counts = f.result()
-            anomalies.extend(group_anomalies)
-            counts.update(group_counts)
-        anomalies.sort(key=lambda a: CLASSES.index(a["class"]))  # stable: keeps each class's order
-        per_class = {c.name: counts[c.name] for c in checks}
-        return anomalies, per_class, stats.result() if stats is not None else {}
+            for run, a in group_anomalies:
+                out[run].anomalies.append(a)
+            for (run, cls), n in group_counts.items():
+                out[run].per_class[cls] = n
+        for j in out.values():  # stable: keeps each class's order
+            j.anomalies.sort(key=lambda a: CLASSES.index(a["class"]))
+        if stats is not None:
+            for run, s in stats.result().items():
+                out[run].stats = s
+        return out
     finally:
         # on an error (or Ctrl-C) the other threads are not waited for: they fail as soon as
         # the session is stopped
@@ -403,30 +456,34 @@ def _collect(
     cat: CatalogIndex,
     checks: list[CheckSpec],
     cap: int,
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Run `checks` as one union and bring back at most `cap` anomalies per class."""
+) -> tuple[list[tuple[int, dict[str, Any]]], dict[tuple[int, str], int]]:
+    """Run `checks` as one union and bring back at most `cap` anomalies per run and class,
+    each with its run, and the count of each (run, class) that has any."""
     union = no_anomalies(frames.events.sparkSession)
     for c in checks:
         union = union.unionByName(c.check(frames, cat))
     # an anomaly may have no witness event (activation-order of versions nobody acknowledged)
     first = F.try_element_at("events", F.lit(1))
-    w = Window.partitionBy("class").orderBy(first, "explanation")
+    w = Window.partitionBy(RUN, "class").orderBy(first, "explanation")
     ranked = union.select(
         "*",
         F.row_number().over(w).alias("_rn"),
-        F.count(F.lit(1)).over(Window.partitionBy("class")).alias("_n"),
+        F.count(F.lit(1)).over(Window.partitionBy(RUN, "class")).alias("_n"),
     ).where(F.col("_rn") <= cap)
     rows = ranked.collect()
-    per_class = {c.name: 0 for c in checks}
+    counts: dict[tuple[int, str], int] = {}
     out = []
-    for r in sorted(rows, key=lambda r: (CLASSES.index(r["class"]), r["_rn"])):
-        per_class[r["class"]] = int(r["_n"])
+    for r in sorted(rows, key=lambda r: (r[RUN], CLASSES.index(r["class"]), r["_rn"])):
+        counts[(int(r[RUN]), r["class"])] = int(r["_n"])
         out.append(
-            {
-                "class": r["class"],
-                "events": [int(e) for e in r["events"]],
-                "nodes": list(r["nodes"]),
-                "explanation": r["explanation"],
-            }
+            (
+                int(r[RUN]),
+                {
+                    "class": r["class"],
+                    "events": [int(e) for e in r["events"]],
+                    "nodes": list(r["nodes"]),
+                    "explanation": r["explanation"],
+                },
+            )
         )
-    return out, per_class
+    return out, counts

@@ -133,16 +133,18 @@ def mixed_schema_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         return _disagreeing_participants(frames)
     bad_keys = (
         frames.off_participants.where(F.col("type") == "ok")
-        .select(F.col("index").alias("_bi"), F.col("table").alias("_bt"))
+        .select(F.col("run").alias("_br"), F.col("index").alias("_bi"), F.col("table").alias("_bt"))
         .distinct()
     )
-    n_bad = frames.known().off_ok
+    n_bad = sum(f.off_ok for f in frames.all_facts())
     bad_keys = bounded_broadcast(bad_keys, n_bad)
     if n_bad == 0:
         return no_anomalies(frames.events.sparkSession)
     parts = frames.participants.where(F.col("type") == "ok").join(
         bad_keys,
-        (F.col("index") == F.col("_bi")) & (F.col("table") == F.col("_bt")),
+        (F.col("run") == F.col("_br"))
+        & (F.col("index") == F.col("_bi"))
+        & (F.col("table") == F.col("_bt")),
         "left_semi",
     )
     off = F.count(F.when(~F.col("commit_sv").eqNullSafe(F.col("t_sv")), 1)).alias("off")
@@ -176,7 +178,7 @@ def _disagreeing_participants(frames: RunFrames) -> DataFrame:
 
 def _per_txn_table(parts: DataFrame, keys: list[str], *extra: Column) -> DataFrame:
     """Participants grouped per (txn, table): the versions they reported and their nodes."""
-    return parts.groupBy("index", "txn_id", "table", "commit_ts", *keys).agg(
+    return parts.groupBy("run", "index", "txn_id", "table", "commit_ts", *keys).agg(
         F.array_sort(F.collect_set("commit_sv")).alias("versions"),
         F.array_sort(F.collect_set("p_node")).alias("p_nodes"),
         *extra,
@@ -196,6 +198,7 @@ def _reporting(what: str) -> tuple[str | Sql, ...]:
 
 def _as_mixed(bad: DataFrame, text: Text) -> DataFrame:
     return bad.select(
+        "run",
         F.lit("mixed-schema-commit").alias("class"),
         F.array(F.col("index").cast("bigint")).alias("events"),
         F.col("p_nodes").alias("nodes"),

@@ -25,8 +25,14 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     bad = tt.where(F.col("c_sv").isNull() | (F.col("c_inc") > F.col("b_inc")))
     # only the txns to report are placed in catalog versions and given their first bad step
     bad = cat.with_version(cat.with_version(bad, "base_ts", "bv"), "commit_ts", "cv")
-    steps = cat.incompatible_steps.select(F.col("table_id").alias("_sid"), "steps")
-    bad = bad.join(F.broadcast(steps), F.col("_sid") == F.col("b_id"), "left")
+    steps = cat.incompatible_steps.select(
+        F.col("run").alias("_sr"), F.col("table_id").alias("_sid"), "steps"
+    )
+    bad = bad.join(
+        F.broadcast(steps),
+        (F.col("_sr") == F.col("run")) & (F.col("_sid") == F.col("b_id")),
+        "left",
+    )
     first_step = F.try_element_at(
         F.filter(
             "steps", lambda s: (s.step_version > F.col("bv")) & (s.step_version <= F.col("cv"))
@@ -64,6 +70,7 @@ def incompatible_commit(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ),
     )
     return bad.selectExpr(
+        "run",
         "'incompatible-commit' as class",
         "array(cast(`index` as bigint)) as events",
         "filter(array(`node`), x -> x is not null) as nodes",

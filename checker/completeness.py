@@ -37,44 +37,49 @@ class Completeness:
 
 def check_completeness(
     frames: RunFrames,
-    final_catalog: Mapping[str, Any] | None,
-    all_catalogs: Sequence[Mapping],
+    run: int,
+    last_line: Mapping[str, Any] | None,
+    lines: Sequence[Mapping],
     clock_free: bool = False,
 ) -> Completeness:
-    """Everything "A complete history" requires, each missing part as one sentence."""
+    """Everything "A complete history" requires of run `run` of `frames` (whose last catalog
+    line and catalog lines are given), each missing part as one sentence."""
     errors: list[str] = []
-    facts = frames.known()
-    open_invokes = _open_invokes(frames)
+    facts = frames.known(run)
+    open_invokes = _open_invokes(frames, run)
     if open_invokes:
         errors.append(open_invokes)
     errors.extend(unhealed_faults(facts.nemesis))
-    written = _written_tables(frames, final_catalog, all_catalogs)
+    written = _written_tables(frames, run, last_line, lines)
     reads = facts.final_reads
-    missing, undecided = missing_final_reads(written, reads, final_catalog, all_catalogs)
+    missing, undecided = missing_final_reads(written, reads, last_line, lines)
     errors.extend(missing)
-    early, early_tables = early_final_reads(
-        facts.last_writes, reads, final_catalog, all_catalogs, clock_free
-    )
+    early, early_tables = early_final_reads(facts.last_writes, reads, last_line, lines, clock_free)
     errors.extend(early)
     undecided |= early_tables
     return Completeness(tuple(errors), frozenset(undecided))
 
 
-def _open_invokes(frames: RunFrames) -> str | None:
+def _open_invokes(frames: RunFrames, run: int) -> str | None:
     """'N invokes without a completion, the last at index I', or None.
 
     Each paired completion closes exactly the invoke just before it in its process, so the
     invokes without one are counted by subtraction; only a history that has some pays for the
     join that finds the last of them."""
-    facts = frames.known()
+    facts = frames.known(run)
     n_invokes, n_closed = facts.invokes, facts.closed
     if n_invokes <= n_closed:
         return None
-    client = frames.events.where(F.col("process").rlike(CLIENT_PROCESS))
+    events = frames.events.where(F.col("run") == run)
+    client = events.where(F.col("process").rlike(CLIENT_PROCESS))
     invokes = client.where(F.col("type") == "invoke")
-    closed = frames.completions.select(F.col("invoke_index").alias("_ci"))
+    closed = frames.completions.where(F.col("run") == run).select(
+        F.col("run").alias("_cr"), F.col("invoke_index").alias("_ci")
+    )
     row = (
-        invokes.join(closed, F.col("index") == F.col("_ci"), "left_anti")
+        invokes.join(
+            closed, (F.col("run") == F.col("_cr")) & (F.col("index") == F.col("_ci")), "left_anti"
+        )
         .agg(F.count(F.lit(1)).alias("n"), F.max("index").alias("last"))
         .first()
     )
@@ -125,11 +130,14 @@ def _fault(event: Mapping[str, Any]) -> Any:
 
 
 def _written_tables(
-    frames: RunFrames, final_catalog: Mapping[str, Any] | None, all_catalogs: Sequence[Mapping]
+    frames: RunFrames,
+    run: int,
+    final_catalog: Mapping[str, Any] | None,
+    all_catalogs: Sequence[Mapping],
 ) -> set[str]:
-    """Tables that an ok txn wrote and, when they could matter, those a txn of unknown outcome
-    (info) meant to write."""
-    facts = frames.known()
+    """Tables that an ok txn of run `run` wrote and, when they could matter, those a txn of
+    unknown outcome (info) meant to write."""
+    facts = frames.known(run)
     tables = set(facts.written_ok)
     # The invokes of unknown outcomes are looked up by index, a scan of every event's ops
     # (22 s of a 10^7-event analysis), and only when what they wrote could matter: when the ok
@@ -138,10 +146,10 @@ def _written_tables(
     final_tables = set(((final_catalog or {}).get("tables") or {}).keys())
     if info and required_tables(tables, final_catalog, all_catalogs) != final_tables:
         maybe: DataFrame = (
-            frames.events.where(F.col("index").isin(info))
-            .select(F.explode("value.ops").alias("o"))
+            frames.events.where((F.col("run") == run) & F.col("index").isin(info))
+            .select("run", F.explode("value.ops").alias("o"))
             .where(F.col("o.op").isin("w", "d"))
-            .select(F.col("o.table").alias("table"))
+            .select("run", F.col("o.table").alias("table"))
             .distinct()
         )
         tables |= {str(r["table"]) for r in maybe.collect() if r["table"]}

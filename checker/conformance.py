@@ -22,11 +22,13 @@ KEY_COLUMN = "key"  # the primary key every row carries beside its `row`
 
 
 def observed_rows(frames: RunFrames) -> DataFrame:
-    """(index, node, source, table, key, ts, sv, row_json) of every row a read returned; `sv` is
-    the schema version the read reported (what a clock-free run places it by)."""
+    """(run, index, node, source, table, key, ts, sv_reported, row_json) of every row a read
+    returned; `sv_reported` is the schema version the read reported (what a clock-free run
+    places it by)."""
     reads = frames.ops.where(
         (F.col("op") == "r") & F.col("result").isNotNull() & F.col("result").startswith("{")
     ).select(
+        "run",
         "index",
         F.col("op_node").alias("node"),
         F.lit("read").alias("source"),
@@ -37,8 +39,9 @@ def observed_rows(frames: RunFrames) -> DataFrame:
         F.col("result").alias("row_json"),
     )
     final = frames.table_reads.select(
-        "index", "node", "table", "ts", "read_sv", F.explode("rows").alias("r")
+        "run", "index", "node", "table", "ts", "read_sv", F.explode("rows").alias("r")
     ).select(
+        "run",
         "index",
         "node",
         F.lit("final read").alias("source"),
@@ -104,6 +107,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     # each observed row is parsed once, joined with its schema, and only rows with a problem
     # travel on to be grouped.
     checks = cat.columns.select(
+        F.col("run").alias("_cr"),
         F.col("table_id").alias("_cid"),
         F.col("schema_version").alias("_csv"),
         "col_name",
@@ -117,6 +121,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.lit(None).cast("array<string>").alias("col_names"),
     ).unionByName(
         cat.schemas.select(
+            F.col("run").alias("_cr"),
             F.col("table_id").alias("_cid"),
             F.col("schema_version").alias("_csv"),
             F.map_keys("col_ids").alias("col_names"),
@@ -124,16 +129,23 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         allowMissingColumns=True,
     )
     svs = cat.tables.select(
+        F.col("run").alias("_sv_r"),
         F.col("catalog_version").alias("_sv_cv"),
         F.col("table").alias("_sv_t"),
         F.col("table_id").alias("sv_id"),
         F.col("schema_version").alias("sv"),
     )
     rows = rows.join(
-        F.broadcast(svs), (F.col("_sv_cv") == F.col("cv")) & (F.col("_sv_t") == F.col("table"))
+        F.broadcast(svs),
+        (F.col("_sv_r") == F.col("run"))
+        & (F.col("_sv_cv") == F.col("cv"))
+        & (F.col("_sv_t") == F.col("table")),
     ).withColumn("m", F.from_json("row_json", "map<string,variant>"))
     per_col = rows.where(F.col("m").isNotNull()).join(
-        F.broadcast(checks), (F.col("_cid") == F.col("sv_id")) & (F.col("_csv") == F.col("sv"))
+        F.broadcast(checks),
+        (F.col("_cr") == F.col("run"))
+        & (F.col("_cid") == F.col("sv_id"))
+        & (F.col("_csv") == F.col("sv")),
     )
     # The primary key travels outside `row` (history.md): a catalog that lists it as column
     # `key` is answered by the row's key when the row does not repeat it.
@@ -186,7 +198,7 @@ def schema_conformance(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
             "value ", ref("_j"), " in column ", ref("col_name"), " does not fit ", ref("col_type")
         ),
     )
-    context = ["index", "node", "source", "table", "key", "ts", "sv", "row_json"]
+    context = ["run", "index", "node", "source", "table", "key", "ts", "sv", "row_json"]
     bad = (
         per_col.select("*", code.alias("_pc"))
         .where(F.col("_pc").isNotNull())

@@ -21,7 +21,7 @@ CAPABILITY = "per-node-copies"  # run.json "capabilities": the target keeps a co
 
 
 def _latest_per_node(df: DataFrame) -> DataFrame:
-    w = Window.partitionBy("table", "node").orderBy(F.col("index").desc())
+    w = Window.partitionBy("run", "table", "node").orderBy(F.col("index").desc())
     return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
 
 
@@ -51,12 +51,33 @@ def _with_column_ids(reads: DataFrame, cat: CatalogIndex) -> DataFrame:
         cat.with_reported_version(reads, "table", "read_sv", "_rv"), "_rv", "table", "_r"
     )
     schemas = cat.schemas.select(
-        F.col("table_id").alias("_sid"), F.col("schema_version").alias("_ssv"), "col_ids"
+        F.col("run").alias("_srun"),
+        F.col("table_id").alias("_sid"),
+        F.col("schema_version").alias("_ssv"),
+        "col_ids",
     )
-    cond = (F.col("_r_id") == F.col("_sid")) & (F.col("read_sv") == F.col("_ssv"))
+    cond = (
+        (F.col("_srun") == F.col("run"))
+        & (F.col("_r_id") == F.col("_sid"))
+        & (F.col("read_sv") == F.col("_ssv"))
+    )
     return placed.join(F.broadcast(schemas), cond, "left").drop(
-        "_rv", "_r_id", "_r_sv", "_r_since", "_sid", "_ssv"
+        "_rv", "_r_id", "_r_sv", "_r_since", "_srun", "_sid", "_ssv"
     )
+
+
+def _node_pairs(df: DataFrame) -> DataFrame:
+    """Each two nodes' rows of one table of one run: columns `a_*`, `b_*` and `run`."""
+    a = df.select("run", *(F.col(c).alias(f"a_{c}") for c in df.columns if c != "run"))
+    b = df.select(
+        *(F.col(c).alias(f"b_{c}") for c in df.columns if c != "run"), F.col("run").alias("_r")
+    )
+    cond = (
+        (F.col("run") == F.col("_r"))
+        & (F.col("a_table") == F.col("b_table"))
+        & (F.col("a_node") < F.col("b_node"))
+    )
+    return a.join(b, cond).drop("_r")
 
 
 def _row_text(side: str) -> Sql:
@@ -86,6 +107,7 @@ def _columns_text(side: str) -> Sql:
 def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Pairs of nodes whose final reads (rows) or final probes (schema) of a table disagree."""
     reads = _with_column_ids(_latest_per_node(frames.table_reads), cat).select(
+        "run",
         "table",
         "node",
         "index",
@@ -93,11 +115,7 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         _normal_rows(by_id=True).alias("rows"),
         _normal_rows(by_id=False).alias("named"),  # as the node named them, for the sentence
     )
-    a = reads.select(*(F.col(c).alias(f"a_{c}") for c in reads.columns))
-    b = reads.select(*(F.col(c).alias(f"b_{c}") for c in reads.columns))
-    pairs = a.join(
-        b, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
-    ).where(F.col("a_rows") != F.col("b_rows"))
+    pairs = _node_pairs(reads).where(F.col("a_rows") != F.col("b_rows"))
     differing = F.array_union(
         F.array_except("a_rows", "b_rows"), F.array_except("b_rows", "a_rows")
     )
@@ -135,30 +153,33 @@ def replica_divergence(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         pairs, "replica-divergence", ["a_index", "b_index"], ["a_node", "b_node"], rows_text
     )
 
-    phase = frames.events.where((F.col("f") == "final-read") & (F.col("type") == "invoke")).agg(
-        F.min("index").alias("_phase")
+    phase = (
+        frames.events.where((F.col("f") == "final-read") & (F.col("type") == "invoke"))
+        .groupBy("run")
+        .agg(F.min("index").alias("_phase"))
+        .withColumnRenamed("run", "_pr")
     )
     probes = (
         frames.probes.where(F.col("table").isNotNull())
-        .crossJoin(F.broadcast(phase))
+        .join(F.broadcast(phase), F.col("_pr") == F.col("run"))
         .where(F.col("invoke_index") > F.col("_phase"))
     )
-    probes = _latest_per_node(probes).select("table", "node", "index", "table_sv")
+    probes = _latest_per_node(probes).select("run", "table", "node", "index", "table_sv")
     # the columns each final probe answered: the final probes (few, broadcast) pick their
     # events out, and only theirs are parsed
     answered = frames.events.where((F.col("f") == "probe") & (F.col("type") == "ok")).select(
-        F.col("index").alias("_pi"), F.col("value.columns").alias("_cols")
+        F.col("run").alias("_ar"),
+        F.col("index").alias("_pi"),
+        F.col("value.columns").alias("_cols"),
     )
     probes = (
-        answered.join(F.broadcast(probes), F.col("_pi") == F.col("index"))
+        answered.join(
+            F.broadcast(probes), (F.col("_ar") == F.col("run")) & (F.col("_pi") == F.col("index"))
+        )
         .withColumn("cols", F.array_sort(F.from_json("_cols", COLUMNS)))
-        .drop("_pi", "_cols")
+        .drop("_ar", "_pi", "_cols")
     )
-    pa = probes.select(*(F.col(c).alias(f"a_{c}") for c in probes.columns))
-    pb = probes.select(*(F.col(c).alias(f"b_{c}") for c in probes.columns))
-    schema_pairs = pa.join(
-        pb, (F.col("a_table") == F.col("b_table")) & (F.col("a_node") < F.col("b_node"))
-    ).where(
+    schema_pairs = _node_pairs(probes).where(
         ~F.col("a_table_sv").eqNullSafe(F.col("b_table_sv"))
         # columns are compared where both probes gave them (history.md: a list or null)
         | (F.col("a_cols") != F.col("b_cols")).eqNullSafe(True)

@@ -39,12 +39,15 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     the final read matches none of them."""
     writes = frames.ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
     if cat.clock_free:  # the real-time rule needs each write's invoke time
-        invoked = frames.txns.select(F.col("index").alias("_ti"), "invoke_time")
-        writes = writes.join(invoked, F.col("_ti") == F.col("index")).drop("_ti")
+        invoked = frames.txns.select(
+            F.col("run").alias("_tr"), F.col("index").alias("_ti"), "invoke_time"
+        )
+        on = (F.col("_tr") == F.col("run")) & (F.col("_ti") == F.col("index"))
+        writes = writes.join(invoked, on).drop("_tr", "_ti")
     writes = cat.with_schema_version_of(writes, "op_ts", "table", "txn_sv", "wv")
     writes = cat.with_table(writes, "wv", "table", "w").where(F.col("w_id").isNotNull())
     # only what the verdict and its sentence use: the last-write aggregate carries every column
-    kept = ["index", "pos", "txn_id", "commit_ts", "time", "op", "table", "key", "row"]
+    kept = ["run", "index", "pos", "txn_id", "commit_ts", "time", "op", "table", "key", "row"]
     kept += ["op_node", "w_id", "w_sv"] + (["invoke_time"] if cat.clock_free else [])
     last = _last_writes(writes.select(*kept), cat.clock_free).withColumn("_maybe", F.lit(False))
 
@@ -57,13 +60,14 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
     reads = cat.with_schema_version_of(frames.table_reads, "ts", "table", "read_sv", "fv")
     reads = cat.with_table(reads, "fv", "table", "f")
-    latest = Window.partitionBy("f_id").orderBy(F.col("index").desc())
+    latest = Window.partitionBy("run", "f_id").orderBy(F.col("index").desc())
     reads = (
         reads.where(F.col("f_id").isNotNull())
         .withColumn("_rn", F.row_number().over(latest))
         .where(F.col("_rn") == 1)
     )
     read_tables = reads.select(
+        F.col("run").alias("_fr"),
         F.col("f_id"),
         F.col("f_sv"),
         F.col("fv"),
@@ -73,9 +77,9 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("ts").alias("read_ts"),
         F.col("table").alias("read_table"),
     )
-    read_rows = reads.select(F.col("f_id").alias("_rf"), F.explode("rows").alias("r")).select(
-        "_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row")
-    )
+    read_rows = reads.select(
+        F.col("run").alias("_rr"), F.col("f_id").alias("_rf"), F.explode("rows").alias("r")
+    ).select("_rr", "_rf", F.col("r.key").alias("_rk"), F.col("r.row").alias("final_row"))
 
     after = (
         F.col("index") < F.col("read_invoke")
@@ -83,22 +87,30 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         else F.col("commit_ts") < F.col("read_ts")
     )
     cand = (
-        last.join(F.broadcast(read_tables), F.col("w_id") == F.col("f_id"))
+        last.join(
+            F.broadcast(read_tables),
+            (F.col("_fr") == F.col("run")) & (F.col("w_id") == F.col("f_id")),
+        )
         .where(after | F.col("_maybe"))
         # the version a write of unknown outcome was made in is not known: its columns are
         # matched by name in the final read's version (a rename since hides it, leniently)
         .withColumn("w_sv", F.when(F.col("_maybe"), F.col("f_sv")).otherwise(F.col("w_sv")))
     )
-    cand = cand.join(
-        read_rows, (F.col("_rf") == F.col("f_id")) & (F.col("_rk") == F.col("key")), "left"
+    on_row = (
+        (F.col("_rr") == F.col("run"))
+        & (F.col("_rf") == F.col("f_id"))
+        & (F.col("_rk") == F.col("key"))
     )
+    cand = cand.join(read_rows, on_row, "left")
     schemas = cat.schemas
     written_in = schemas.select(
+        F.col("run").alias("_ws_r"),
         F.col("table_id").alias("_ws_id"),
         F.col("schema_version").alias("_ws_sv"),
         F.struct("col_ids", "fills").alias("_w_schema"),
     )
     read_in = schemas.select(
+        F.col("run").alias("_fs_r"),
         F.col("table_id").alias("_fs_id"),
         F.col("schema_version").alias("_fs_sv"),
         F.struct("col_names").alias("_f_schema"),
@@ -106,12 +118,16 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     cand = (
         cand.join(
             F.broadcast(written_in),
-            (F.col("_ws_id") == F.col("w_id")) & (F.col("_ws_sv") == F.col("w_sv")),
+            (F.col("_ws_r") == F.col("run"))
+            & (F.col("_ws_id") == F.col("w_id"))
+            & (F.col("_ws_sv") == F.col("w_sv")),
             "left",
         )
         .join(
             F.broadcast(read_in),
-            (F.col("_fs_id") == F.col("f_id")) & (F.col("_fs_sv") == F.col("f_sv")),
+            (F.col("_fs_r") == F.col("run"))
+            & (F.col("_fs_id") == F.col("f_id"))
+            & (F.col("_fs_sv") == F.col("f_sv")),
             "left",
         )
         .withColumn("diff", _first_difference())
@@ -122,7 +138,7 @@ def lost_write(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     # A key is lost when no copy of it in the final read shows any of its possibly-last writes
     # (with a clock there is one acknowledged) nor a write of unknown outcome; the witness is
     # the acknowledged write that completed last.
-    per_key = Window.partitionBy("w_id", "key")
+    per_key = Window.partitionBy("run", "w_id", "key")
     witness_first = per_key.orderBy(
         F.col("_maybe"), F.col("index").desc(), F.col("pos").desc(), F.col("diff")
     )
@@ -208,31 +224,42 @@ def _first_difference() -> Column:
 
 def _unknown_outcome_writes(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Every write a txn that ended in `info` meant to make (its invoke's ops: the completion
-    of an unknown outcome may not list them) as (w_id, key, op, table, row, _maybe). Such a
+    of an unknown outcome may not list them) as (run, w_id, key, op, table, row, _maybe). Such a
     write has no ts to place its table name at, so the name stands for every table that ever
     had it: a write to t6 after `RENAME t5 TO t6` may have overwritten what was written to t5."""
-    info = frames.txns.where(F.col("type") == "info").select(F.col("invoke_index").alias("_ii"))
+    info = frames.txns.where(F.col("type") == "info").select(
+        F.col("run").alias("_ir"), F.col("invoke_index").alias("_ii")
+    )
     invokes = frames.events.where(
         (F.col("type") == "invoke") & (F.col("f") == "txn") & F.col("process").rlike(CLIENT_PROCESS)
     )
     # Unknown outcomes are rare (a timeout, a lost reply): their invokes are picked out by a
-    # broadcast, unless a run has so many that a shuffle is the safer way.
-    info = bounded_broadcast(info, len(frames.known().info_txn_invokes))
-    picked = invokes.join(info, F.col("index") == F.col("_ii"), "left_semi")
-    names = cat.tables.select(F.col("table").alias("_name"), F.col("table_id").alias("w_id"))
+    # broadcast, unless a batch has so many that a shuffle is the safer way.
+    info_rows = sum(len(f.info_txn_invokes) for f in frames.all_facts())
+    info = bounded_broadcast(info, info_rows)
+    on = (F.col("run") == F.col("_ir")) & (F.col("index") == F.col("_ii"))
+    picked = invokes.join(info, on, "left_semi")
+    names = cat.tables.select("run", F.col("table").alias("_name"), F.col("table_id").alias("w_id"))
     return (
-        picked.select(F.explode("value.ops").alias("o"))
+        picked.select("run", F.explode("value.ops").alias("o"))
         .where(F.col("o.op").isin("w", "d"))
         .select(
+            "run",
             F.col("o.table").alias("_name"),
             F.col("o.key").alias("key"),
             F.col("o.op").alias("op"),
             F.col("o.row").alias("row"),
         )
         .distinct()
-        .join(F.broadcast(names.distinct()), "_name")
+        .join(F.broadcast(names.distinct()), ["run", "_name"])
         .select(
-            "w_id", "key", "op", F.col("_name").alias("table"), "row", F.lit(True).alias("_maybe")
+            "run",
+            "w_id",
+            "key",
+            "op",
+            F.col("_name").alias("table"),
+            "row",
+            F.lit(True).alias("_maybe"),
         )
     )
 
@@ -244,11 +271,12 @@ def _last_writes(writes: DataFrame, clock_free: bool) -> DataFrame:
     if not clock_free:
         # one aggregate per key instead of a window: no sort of every write by key
         order = ["commit_ts", "index", "pos"]
-        rest = [c for c in writes.columns if c not in order and c not in ("w_id", "key")]
+        group = ["run", "w_id", "key"]
+        rest = [c for c in writes.columns if c not in order and c not in group]
         best = F.max(F.struct(*order, *rest)).alias("_w")
-        return writes.groupBy("w_id", "key").agg(best).select("w_id", "key", "_w.*")
-    in_txn = Window.partitionBy("w_id", "key", "index").orderBy(F.col("pos").desc())
-    per_key = Window.partitionBy("w_id", "key")
+        return writes.groupBy(*group).agg(best).select(*group, "_w.*")
+    in_txn = Window.partitionBy("run", "w_id", "key", "index").orderBy(F.col("pos").desc())
+    per_key = Window.partitionBy("run", "w_id", "key")
     return (
         writes.withColumn("_rn", F.row_number().over(in_txn))
         .where(F.col("_rn") == 1)
@@ -265,11 +293,13 @@ def _norm(c: Column) -> Column:
 def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Acknowledged DDLs missing from catalog.jsonl or disagreeing with its version/activation."""
     versions = cat.versions.select(
+        F.col("run").alias("_vr"),
         F.col("catalog_version").alias("_v"),
         F.col("activation_ts").alias("cat_activation"),
         F.col("ddl").alias("cat_ddl"),
     )
-    j = frames.ddls.join(F.broadcast(versions), F.col("_v") == F.col("catalog_version"), "left")
+    on = (F.col("_vr") == F.col("run")) & (F.col("_v") == F.col("catalog_version"))
+    j = frames.ddls.join(F.broadcast(versions), on, "left")
     missing = j.where(F.col("_v").isNull())
     moved = j.where(F.col("_v").isNotNull() & (F.col("cat_activation") != F.col("activation_ts")))
     # every ack's statement, not only where two acks share a version: a catalog that holds
@@ -327,8 +357,9 @@ def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
 
 def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Catalog versions whose activation_ts does not exceed the previous version's."""
-    w = Window.orderBy("catalog_version")
+    w = Window.partitionBy("run").orderBy("catalog_version")
     v = cat.versions.select(
+        "run",
         "catalog_version",
         "activation_ts",
         "ddl",
@@ -336,17 +367,19 @@ def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.lag("activation_ts").over(w).alias("prev_activation"),
     ).where(F.col("activation_ts") <= F.col("prev_activation"))
     acks = frames.ddls.select(
+        F.col("run").alias("_ar"),
         F.col("catalog_version").alias("_av"),
         F.col("index").alias("_ai"),
         F.col("node").alias("_an"),
     )
     j = v.join(
         F.broadcast(acks),
-        F.col("_av").isin(F.col("catalog_version"), F.col("prev_version")),
+        (F.col("_ar") == F.col("run"))
+        & F.col("_av").isin(F.col("catalog_version"), F.col("prev_version")),
         "left",
     )
     grouped = j.groupBy(
-        "catalog_version", "activation_ts", "ddl", "prev_version", "prev_activation"
+        "run", "catalog_version", "activation_ts", "ddl", "prev_version", "prev_activation"
     ).agg(
         F.array_sort(F.collect_set(F.col("_ai").cast("bigint"))).alias("events"),
         F.array_sort(F.collect_set("_an")).alias("nodes"),
@@ -364,6 +397,7 @@ def activation_order(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         ts("prev_activation"),
     )
     return grouped.select(
+        "run",
         F.lit("activation-order").alias("class"),
         "events",
         "nodes",

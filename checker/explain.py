@@ -1,7 +1,8 @@
 """The shape of an anomaly row and Spark expressions that render its sentence.
 
-Every check returns the same four columns (class, events, nodes, explanation) so the analyzer
-can union them; timestamps are rendered as `physical_ms:logical`, as people read HLC values.
+Every check returns the same columns (the run of the batch, class, events, nodes, explanation)
+so the analyzer can union them; timestamps are rendered as `physical_ms:logical`, as people
+read HLC values.
 
 A sentence is SQL text (`checker.sql_expr`) and crosses to the JVM once: built from Column
 objects it was a quarter of the py4j round trips of a whole analysis. A part that can only be
@@ -15,10 +16,13 @@ from typing import overload
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checker.catalog_index import RUN
 from checker.local_frames import local_frame
 from checker.sql_expr import Sql, literal, ref
 
-ANOMALY_SCHEMA = "class string, events array<bigint>, nodes array<string>, explanation string"
+ANOMALY_SCHEMA = (
+    "run bigint, class string, events array<bigint>, nodes array<string>, explanation string"
+)
 Text = Sql | Column
 
 
@@ -89,6 +93,7 @@ def anomalies(df: DataFrame, cls: str, events: list[str], nodes: list[str], text
     ev = ", ".join(f"cast({ref(e).text} as bigint)" for e in events)
     nd = ", ".join(f"cast({ref(n).text} as string)" for n in nodes)
     return df.selectExpr(
+        RUN,
         f"{literal(cls).text} as class",
         f"array_distinct(filter(array({ev}), x -> x is not null)) as events",
         f"array_distinct(filter(array({nd}), x -> x is not null)) as nodes",

@@ -10,13 +10,14 @@ which carry everything the checks of ops and participants need.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from checker.catalog_index import CatalogIndex
+from checker.catalog_index import RUN, CatalogIndex
 from checker.facts import RunFacts
 from checker.ingest import CLIENT_PROCESS
 
@@ -48,14 +49,25 @@ class RunFrames:
     index_reads: DataFrame
     nemesis: DataFrame
     persisted: tuple[DataFrame, ...]
-    # the driver-side facts (checker.run_facts.with_facts), once collected
-    facts: RunFacts | None = None
+    # the ids of the runs the frames hold (their `run` column)
+    runs: tuple[int, ...] = (0,)
+    # the driver-side facts of each run (checker.run_facts.with_facts), once collected
+    facts: Mapping[int, RunFacts] | None = None
 
-    def known(self) -> RunFacts:
-        """The collected facts; a check that needs them runs after with_facts."""
+    def known(self, run: int | None = None) -> RunFacts:
+        """The collected facts of `run` (None: of the frames' only run); a check that needs
+        them runs after with_facts."""
         if self.facts is None:
             raise RuntimeError("the run's facts were not collected (checker.run_facts)")
-        return self.facts
+        if run is None:
+            if len(self.runs) != 1:
+                raise ValueError(f"frames of {len(self.runs)} runs: say whose facts")
+            run = self.runs[0]
+        return self.facts[run]
+
+    def all_facts(self) -> tuple[RunFacts, ...]:
+        """Every run's facts, in the order of `runs`."""
+        return tuple(self.known(r) for r in self.runs)
 
 
 # A side of a join derived from the history is broadcast up to this many rows, shuffled beyond
@@ -75,6 +87,7 @@ def _light(client: DataFrame) -> DataFrame:
     """The few small fields of every client event that pairing and the light checks need."""
     v = F.col("value")
     return client.select(
+        RUN,
         "index",
         "time",
         "type",
@@ -101,7 +114,7 @@ def _light(client: DataFrame) -> DataFrame:
 def _paired(client: DataFrame) -> DataFrame:
     """Every client completion with its invoke's index, time and small value fields, and
     whether it has one (`paired`)."""
-    w = Window.partitionBy("process").orderBy("index")
+    w = Window.partitionBy(RUN, "process").orderBy("index")
     # one lag of a struct: the window evaluates one function per row instead of eight
     prev = F.lag(
         F.struct("type", "f", "index", "time", "v_ts", "v_table", "v_ix", "v_stmt", "v_kind")
@@ -152,6 +165,7 @@ def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
         "(o, i) -> if(o.op_ts is not null, i, -1)))"
     )
     exploded = txn_events.select(
+        RUN,
         "index",
         "type",
         "time",
@@ -163,6 +177,7 @@ def _ops(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     ).where(F.col("o.op_ts").isNotNull())
     entry = F.element_at("tables", F.col("o.table"))
     ops = exploded.select(
+        RUN,
         "index",
         "type",
         "txn_id",
@@ -198,6 +213,7 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     parts = (
         txn_events.where(reached)
         .select(
+            RUN,
             "index",
             "type",
             F.col("value.txn_id").alias("txn_id"),
@@ -206,6 +222,7 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
             F.posexplode("value.participants").alias("ppos", "p"),
         )
         .select(
+            RUN,
             "index",
             "type",
             "txn_id",
@@ -223,8 +240,15 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     return cat.with_enlisted_table(parts, "commit_ts")
 
 
-def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False) -> RunFrames:
-    """Derive the frames from validated events (columns of checker.ingest).
+def build_frames(
+    events: DataFrame,
+    cat: CatalogIndex,
+    *,
+    as_rows: bool = False,
+    runs: Sequence[int] = (0,),
+) -> RunFrames:
+    """Derive the frames from validated events (columns of checker.ingest, and `run`: which of
+    the batch's `runs` each belongs to; an event's index is unique within its run).
 
     `completions`, `ops` and `off_participants` are kept (several checks read each, and the
     ops are the bulk of a history); call `release` when done. `as_rows`: keep them as rows
@@ -238,9 +262,10 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
     client = events.where(F.col("process").rlike(CLIENT_PROCESS))
     all_completions = _kept(_paired(client))
     completions = all_completions.where(F.col("paired"))
-    unpaired = all_completions.where(~F.col("paired")).select("index", "process", "f")
+    unpaired = all_completions.where(~F.col("paired")).select(RUN, "index", "process", "f")
 
     txns = completions.where(F.col("f") == "txn").select(
+        RUN,
         "index",
         "type",
         "node",
@@ -266,6 +291,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
     )
 
     txn_tables = txns.select(
+        RUN,
         "index",
         "type",
         "node",
@@ -275,6 +301,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
         "error_code",
         F.explode("tables").alias("table", "t"),
     ).select(
+        RUN,
         "index",
         "type",
         "node",
@@ -288,6 +315,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
     )
 
     probes = completions.where((F.col("f") == "probe") & (F.col("type") == "ok")).select(
+        RUN,
         "index",
         "node",
         "time",
@@ -303,6 +331,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
     )
 
     ddls = completions.where((F.col("f") == "ddl") & (F.col("type") == "ok")).select(
+        RUN,
         "index",
         "node",
         "time",
@@ -319,12 +348,13 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
     # Final reads are few but carry whole tables: they come from the events, and only their
     # invoke index from the paired completions.
     read_invokes = completions.where(F.col("f") == "final-read").select(
-        F.col("index").alias("_ri"), "invoke_index"
+        F.col(RUN).alias("_rr"), F.col("index").alias("_ri"), "invoke_index"
     )
     reads = client.where((F.col("f") == "final-read") & (F.col("type") == "ok"))
     table_reads = (
         reads.where(F.col("value.index").isNull())
         .select(
+            RUN,
             "index",
             "node",
             F.col("value.table").alias("table"),
@@ -332,10 +362,15 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
             F.col("value.schema_version").alias("read_sv"),
             F.col("value.rows").alias("rows"),
         )
-        .join(F.broadcast(read_invokes), F.col("_ri") == F.col("index"), "left")
-        .drop("_ri")
+        .join(
+            F.broadcast(read_invokes),
+            (F.col("_rr") == F.col(RUN)) & (F.col("_ri") == F.col("index")),
+            "left",
+        )
+        .drop("_rr", "_ri")
     )
     index_reads = reads.where(F.col("value.index").isNotNull()).select(
+        RUN,
         "index",
         "node",
         F.col("value.table").alias("table"),
@@ -343,7 +378,9 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
         F.col("value.ts").alias("ts"),
         F.col("value.entries").alias("entries"),
     )
-    nemesis = events.where(F.col("process") == "nemesis").select("index", "time", "f", "value_json")
+    nemesis = events.where(F.col("process") == "nemesis").select(
+        RUN, "index", "time", "f", "value_json"
+    )
     return RunFrames(
         events=events,
         all_completions=all_completions,
@@ -360,6 +397,7 @@ def build_frames(events: DataFrame, cat: CatalogIndex, *, as_rows: bool = False)
         index_reads=index_reads,
         nemesis=nemesis,
         persisted=(all_completions, ops, off_participants),
+        runs=tuple(runs),
     )
 
 

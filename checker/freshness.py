@@ -24,15 +24,17 @@ ACK_PAYLOAD = [
 
 
 def ack_lookup(frames: RunFrames, cat: CatalogIndex) -> IntervalLookup:
-    """Intervals of invoke time (A, next A] -> the greatest acknowledged version before it."""
-    acks = sorted(frames.known().acks, key=lambda a: (a.time, a.index))
+    """Intervals of invoke time (A, next A] -> the greatest acknowledged version before it,
+    per run."""
     intervals = []
-    best: tuple[int, int, int, str] | None = None
-    for i, a in enumerate(acks):
-        if best is None or a.catalog_version > best[0]:
-            best = (a.catalog_version, a.index, a.time, str(a.stmt))
-        nxt = acks[i + 1].time + 1 if i + 1 < len(acks) else MAX_TS
-        intervals.append(Interval(a.time + 1, nxt, best))
+    for run in frames.runs:
+        acks = sorted(frames.known(run).acks, key=lambda a: (a.time, a.index))
+        best: tuple[int, int, int, str] | None = None
+        for i, a in enumerate(acks):
+            if best is None or a.catalog_version > best[0]:
+                best = (a.catalog_version, a.index, a.time, str(a.stmt))
+            nxt = acks[i + 1].time + 1 if i + 1 < len(acks) else MAX_TS
+            intervals.append(Interval(a.time + 1, nxt, best, run=run))
     return IntervalLookup(cat.spark, intervals, ACK_PAYLOAD)
 
 

@@ -18,33 +18,40 @@ from checker.sql_expr import ref
 
 
 def _available_index_reads(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-    latest = Window.partitionBy("table", "index_name").orderBy(F.col("index").desc())
+    latest = Window.partitionBy("run", "table", "index_name").orderBy(F.col("index").desc())
     reads = frames.index_reads.withColumn("_rn", F.row_number().over(latest)).where(
         F.col("_rn") == 1
     )
     reads = cat.with_version(reads, "ts", "iv")
     idx = cat.indexes.select(
+        F.col("run").alias("_irun"),
         F.col("catalog_version").alias("_icv"),
         F.col("table").alias("_it"),
         F.col("index").alias("_in"),
         "index_columns",
         "state",
     )
-    return reads.join(
-        F.broadcast(idx),
-        (F.col("_icv") == F.col("iv"))
-        & (F.col("_it") == F.col("table"))
-        & (F.col("_in") == F.col("index_name")),
-    ).where(F.col("state") == "AVAILABLE")
+    return (
+        reads.join(
+            F.broadcast(idx),
+            (F.col("_irun") == F.col("run"))
+            & (F.col("_icv") == F.col("iv"))
+            & (F.col("_it") == F.col("table"))
+            & (F.col("_in") == F.col("index_name")),
+        )
+        .where(F.col("state") == "AVAILABLE")
+        .drop("_irun")
+    )
 
 
 def _table_reads(frames: RunFrames) -> DataFrame:
-    """The latest final read of each table (even an empty one)."""
-    latest = Window.partitionBy("table").orderBy(F.col("index").desc())
+    """The latest final read of each table (even an empty one); its run as `_trun`."""
+    latest = Window.partitionBy("run", "table").orderBy(F.col("index").desc())
     reads = frames.table_reads.withColumn("_rn", F.row_number().over(latest)).where(
         F.col("_rn") == 1
     )
     return reads.select(
+        F.col("run").alias("_trun"),
         F.col("table").alias("_tt"),
         F.col("index").alias("table_read"),
         F.col("node").alias("table_node"),
@@ -56,8 +63,11 @@ def _table_reads(frames: RunFrames) -> DataFrame:
 def _table_rows(frames: RunFrames) -> DataFrame:
     return (
         _table_reads(frames)
-        .select("_tt", "table_read", "table_node", "table_ts", F.explode("rows").alias("r"))
         .select(
+            "_trun", "_tt", "table_read", "table_node", "table_ts", F.explode("rows").alias("r")
+        )
+        .select(
+            "_trun",
             "_tt",
             "table_read",
             "table_node",
@@ -71,20 +81,23 @@ def _table_rows(frames: RunFrames) -> DataFrame:
 def index_missing(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Rows of the final table read with no entry in an AVAILABLE index of that table."""
     reads = _available_index_reads(frames, cat)
-    entries = reads.select(F.col("index").alias("_ir"), F.explode("entries").alias("e")).select(
-        "_ir", F.col("e.key").alias("_ek")
-    )
+    entries = reads.select(
+        F.col("run").alias("_er"), F.col("index").alias("_ir"), F.explode("entries").alias("e")
+    ).select("_er", "_ir", F.col("e.key").alias("_ek"))
     rows = _table_rows(frames)
     pairs = reads.select(
+        "run",
         F.col("index").alias("index_read"),
         F.col("node").alias("index_node"),
         "table",
         "index_name",
         F.col("ts").alias("index_ts"),
-    ).join(rows, F.col("_tt") == F.col("table"))
+    ).join(rows, (F.col("_trun") == F.col("run")) & (F.col("_tt") == F.col("table")))
     missing = pairs.join(
         entries,
-        (F.col("_ir") == F.col("index_read")) & (F.col("_ek") == F.col("row_key")),
+        (F.col("_er") == F.col("run"))
+        & (F.col("_ir") == F.col("index_read"))
+        & (F.col("_ek") == F.col("row_key")),
         "left_anti",
     )
     text = sentence(
@@ -115,6 +128,7 @@ def index_orphan(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     """Entries of an AVAILABLE index whose row does not exist or has other indexed values."""
     reads = _available_index_reads(frames, cat)
     entries = reads.select(
+        "run",
         F.col("index").alias("index_read"),
         F.col("node").alias("index_node"),
         "table",
@@ -129,15 +143,22 @@ def index_orphan(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         F.col("e.values").alias("entry_json"),
     )
     reads_t = _table_reads(frames).drop("rows")
-    entries = entries.join(reads_t, F.col("_tt") == F.col("table")).drop("_tt")
+    entries = entries.join(
+        reads_t, (F.col("_trun") == F.col("run")) & (F.col("_tt") == F.col("table"))
+    ).drop("_trun", "_tt")
     rows = _table_rows(frames).select(
-        F.col("_tt"),
+        "_trun",
+        "_tt",
         "row_key",
         "row_json",
         F.from_json("row_json", "map<string,string>").alias("rm"),
     )
     j = entries.join(
-        rows, (F.col("_tt") == F.col("table")) & (F.col("row_key") == F.col("entry_key")), "left"
+        rows,
+        (F.col("_trun") == F.col("run"))
+        & (F.col("_tt") == F.col("table"))
+        & (F.col("row_key") == F.col("entry_key")),
+        "left",
     )
     stale = F.exists(
         "index_columns",

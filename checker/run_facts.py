@@ -1,20 +1,22 @@
-"""The small facts of a run the driver needs, brought back by one Spark job.
+"""The small facts of each run the driver needs, brought back by one Spark job.
 
 Completeness, the verdict's preconditions, the DDL-ack step function and the statistics all
 need a few small things in the driver: counts of invokes and completions, the nemesis events,
 the final reads (without their rows), the DDL acks, the txns of unknown outcome and the tables
 an ok txn wrote. Each used to be its own collect or count (a Spark job each, ~0.4 s apiece on
-a small run); here they are one union of tagged rows, collected once.
+a small run); here they are one union of tagged rows, collected once for every run of a batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from checker.catalog_index import RUN
 from checker.facts import Ack, LastWrite, RunFacts
 from checker.frames import RunFrames
 from checker.ingest import CLIENT_PROCESS
@@ -22,6 +24,7 @@ from checker.ingest import CLIENT_PROCESS
 # every kind of row shares these columns; a kind leaves the ones it does not use null
 _COLUMNS = (
     ("kind", "string"),
+    (RUN, "bigint"),
     ("index", "bigint"),
     ("time", "bigint"),
     ("f", "string"),
@@ -39,8 +42,8 @@ _COLUMNS = (
 
 def _shape(df: DataFrame, kind: str, **cols: Column) -> DataFrame:
     """`df` as rows of the common facts schema: `cols` named, the rest null."""
-    out = [F.lit(kind).alias("kind")]
-    for name, typ in _COLUMNS[1:]:
+    out = [F.lit(kind).alias("kind"), F.col(RUN)]
+    for name, typ in _COLUMNS[2:]:
         out.append((cols[name] if name in cols else F.lit(None)).cast(typ).alias(name))
     return df.select(*out)
 
@@ -50,21 +53,23 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
     events, all_completions, ops = frames.events, frames.all_completions, frames.ops
     client = F.col("process").rlike(CLIENT_PROCESS)
     invoke = F.col("type") == "invoke"
-    ev = events.agg(
+    ev = events.groupBy(RUN).agg(
         F.count(F.when(client & invoke, 1)).alias("n1"),
         F.min(F.when(client & invoke, F.col("time"))).alias("n2"),
         F.max("time").alias("n3"),
     )
     paired = F.col("paired")
-    co = all_completions.agg(
+    co = all_completions.groupBy(RUN).agg(
         F.count(F.when(paired, 1)).alias("n1"),
         F.count(F.when(paired & (F.col("type") == "ok"), 1)).alias("n2"),
         F.count(F.when(~paired, 1)).alias("n3"),
         F.min(F.when(~paired, F.col("index"))).alias("index"),
         F.max(F.when(F.col("f") != "final-read", F.col("time"))).alias("time"),
     )
-    reinvoked = all_completions.where(F.col("after_info")).agg(
-        F.count(F.lit(1)).alias("n1"), F.min("invoke_index").alias("index")
+    reinvoked = (
+        all_completions.where(F.col("after_info"))
+        .groupBy(RUN)
+        .agg(F.count(F.lit(1)).alias("n1"), F.min("invoke_index").alias("index"))
     )
     nemesis = events.where(F.col("process") == "nemesis")
     # A failed final read need not repeat its table: its invoke names it. An ok one is what
@@ -75,7 +80,7 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
     # tell a final read taken before them (history.md: "after every acknowledged write")
     written = (
         ops.where((F.col("type") == "ok") & F.col("op").isin("w", "d"))
-        .groupBy("table")
+        .groupBy(RUN, "table")
         .agg(
             F.max("commit_ts").alias("n1"),
             F.max("index").alias("n2"),
@@ -129,8 +134,9 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
     if not clock_free:  # participants are placed in the catalog only with a clock
         off = (
             frames.off_participants.where(F.col("type") == "ok")
-            .select("index", "table")
+            .select(RUN, "index", "table")
             .distinct()
+            .groupBy(RUN)
             .agg(F.count(F.lit(1)).alias("n1"))
         )
         parts.append(_shape(off, "off", n1=F.col("n1")))
@@ -140,14 +146,26 @@ def facts_frame(frames: RunFrames, clock_free: bool) -> DataFrame:
     return union
 
 
-def parse_facts(rows: list[Any]) -> RunFacts:
-    """The collected rows of `facts_frame` as RunFacts."""
+def parse_facts(rows: list[Any], runs: Sequence[int]) -> dict[int, RunFacts]:
+    """The collected rows of `facts_frame` as each run's RunFacts."""
+    by_run: dict[int, list[Any]] = {r: [] for r in runs}
+    for r in rows:
+        by_run[int(r[RUN])].append(r)
+    return {run: _run_facts(rows) for run, rows in by_run.items()}
+
+
+# what a run's aggregate row says when the run has no row to aggregate (no completion, say)
+_NONE = {"n1": None, "n2": None, "n3": None, "index": None, "time": None}
+
+
+def _run_facts(rows: list[Any]) -> RunFacts:
+    """One run's collected rows as its RunFacts."""
     by_kind: dict[str, list[Any]] = {}
     for r in rows:
         by_kind.setdefault(str(r["kind"]), []).append(r)
-    ev = by_kind["ev"][0]
-    co = by_kind["co"][0]
-    reinvoked = by_kind["reinvoked"][0]
+    ev = by_kind.get("ev", [_NONE])[0]
+    co = by_kind.get("co", [_NONE])[0]
+    reinvoked = by_kind.get("reinvoked", [_NONE])[0]
     nemesis = sorted(by_kind.get("nemesis", []), key=lambda r: int(r["index"]))
     reads = sorted(by_kind.get("read", []), key=lambda r: int(r["index"]))
     acks = sorted(by_kind.get("ack", []), key=lambda r: int(r["index"]))
@@ -207,4 +225,4 @@ def parse_facts(rows: list[Any]) -> RunFacts:
 def with_facts(frames: RunFrames, clock_free: bool) -> RunFrames:
     """`frames` with their facts collected (the one job of this module)."""
     rows = facts_frame(frames, clock_free).collect()
-    return replace(frames, facts=parse_facts(rows))
+    return replace(frames, facts=parse_facts(rows, frames.runs))

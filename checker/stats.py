@@ -2,8 +2,8 @@
 and around each DDL activation, latency quantiles, schema lag, safe-time waits, unavailability
 windows per node, and the nemesis windows with what happened inside them.
 
-Each statistic is one aggregate over the frames (a handful of Spark jobs); only small results
-come back to the driver.
+Each statistic is one aggregate over the frames, grouped by run (one Spark job for every run of
+a batch); only small results come back to the driver.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from checker.catalog_index import MAX_TS, Interval, IntervalLookup
 from checker.contract import value_or_none
+from checker.facts import Ack
 from checker.frames import SCHEMA_ERRORS, RunFrames
 
 QUANTILES = [0.5, 0.9, 0.99]
@@ -34,7 +35,7 @@ class StatsOptions:
 
 
 # The statistics are one union of tagged rows, collected once (one Spark job, not one per
-# statistic): each kind fills the columns it needs and leaves the rest null.
+# statistic or per run): each kind fills the columns it needs and leaves the rest null.
 _STAT_COLUMNS = (
     ("kind", "string"),
     ("k", "bigint"),
@@ -52,7 +53,7 @@ _STAT_COLUMNS = (
 
 
 def _tagged(df: DataFrame, kind: str, **cols: Column) -> DataFrame:
-    out = [F.lit(kind).alias("kind")]
+    out = [F.lit(kind).alias("kind"), F.col("run").cast("bigint").alias("run")]
     for name, typ in _STAT_COLUMNS[1:]:
         out.append((cols[name] if name in cols else F.lit(None)).cast(typ).alias(name))
     return df.select(*out)
@@ -60,31 +61,15 @@ def _tagged(df: DataFrame, kind: str, **cols: Column) -> DataFrame:
 
 def compute_stats(
     frames: RunFrames,
-    run: dict[str, Any],
+    runs: Mapping[int, dict[str, Any]],
     ack_lookup: IntervalLookup | None,
     options: StatsOptions = StatsOptions(),
-) -> dict[str, Any]:
-    """Every statistic as plain JSON-ready data."""
-    spark = frames.events.sparkSession
-    config = run.get("config", {})
-    # DD + CSmax, each an int64 in run.json; their sum is kept within one (a Spark literal)
-    floor_ms = min(
-        int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0)), MAX_TS
-    )
-    # The workload runs from the first client invoke to the last completion before the final
-    # reads: setup before it and the final phase after it are not downtime.
-    facts = frames.known()
-    end_time = facts.end_time
-    start = facts.workload_start or 0
-    workload_end = facts.workload_end or end_time
-    out: dict[str, Any] = {
-        "duration_s": end_time / 1e9,
-        "workload_start_s": start / 1e9,
-        "workload_end_s": workload_end / 1e9,
-        "workload_duration_s": (workload_end - start) / 1e9,
-    }
-    windows, windows_frame = _nemesis_window_spans(frames, spark, end_time)
-    ddl, ddl_frame = _ddl_window_spans(frames, run, options)
+) -> dict[int, dict[str, Any]]:
+    """Every statistic of each run of `frames` (by run id; `runs` holds each one's run.json) as
+    plain JSON-ready data."""
+    floor_ms = {run: _floor_ms(runs[run]) for run in frames.runs}
+    windows, windows_frame = _nemesis_window_spans(frames)
+    ddl, ddl_frame = _ddl_window_spans(frames, runs, options)
     parts = [
         _outcomes_frame(frames),
         _latency_frame(frames, floor_ms),
@@ -97,22 +82,45 @@ def compute_stats(
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    rows: dict[str, list[Any]] = {}
+    rows: dict[tuple[int, str], list[Any]] = {}
     for r in union.collect():
-        rows.setdefault(str(r["kind"]), []).append(r)
-    out.update(_outcomes(rows.get("outcome", [])))
-    out["latency"] = _latency(rows.get("latency", []), floor_ms)
-    out["ddl_windows"] = _ddl_windows(ddl, rows.get("ddl", []))
-    if ack_lookup is not None:
-        out["schema_lag"] = _schema_lag(rows.get("lag", []))
-    out["safe_time_waits"] = _safe_time_waits(rows.get("waits", []))
-    nodes = [str(n) for n in run.get("nodes", [])]
-    out["unavailability"] = _unavailability(
-        rows.get("bucket", []), nodes, (start, workload_end), options
-    )
-    out["nemesis_windows"] = _nemesis_windows(windows, rows.get("window", []))
-    out["restarts"] = restarts(frames.known().nemesis, out["unavailability"], workload_end / 1e9)
+        rows.setdefault((int(r["run"]), str(r["kind"])), []).append(r)
+    out: dict[int, dict[str, Any]] = {}
+    for run in frames.runs:
+        # The workload runs from the first client invoke to the last completion before the
+        # final reads: setup before it and the final phase after it are not downtime.
+        facts = frames.known(run)
+        end_time = facts.end_time
+        start = facts.workload_start or 0
+        workload_end = facts.workload_end or end_time
+        one: dict[str, Any] = {
+            "duration_s": end_time / 1e9,
+            "workload_start_s": start / 1e9,
+            "workload_end_s": workload_end / 1e9,
+            "workload_duration_s": (workload_end - start) / 1e9,
+        }
+        one.update(_outcomes(rows.get((run, "outcome"), [])))
+        one["latency"] = _latency(rows.get((run, "latency"), []), floor_ms[run])
+        one["ddl_windows"] = _ddl_windows(ddl[run], rows.get((run, "ddl"), []))
+        if ack_lookup is not None:
+            one["schema_lag"] = _schema_lag(rows.get((run, "lag"), []))
+        one["safe_time_waits"] = _safe_time_waits(rows.get((run, "waits"), []))
+        nodes = [str(n) for n in runs[run].get("nodes", [])]
+        one["unavailability"] = _unavailability(
+            rows.get((run, "bucket"), []), nodes, (start, workload_end), options
+        )
+        one["nemesis_windows"] = _nemesis_windows(windows[run], rows.get((run, "window"), []))
+        one["restarts"] = restarts(facts.nemesis, one["unavailability"], workload_end / 1e9)
+        out[run] = one
     return out
+
+
+def _floor_ms(run: Mapping[str, Any]) -> int:
+    """DD + CSmax, each an int64 in run.json; their sum is kept within one (a Spark literal)."""
+    config = run.get("config", {})
+    return min(
+        int(config.get("delay_duration_ms", 0)) + int(config.get("max_clock_skew_ms", 0)), MAX_TS
+    )
 
 
 def restarts(
@@ -153,6 +161,7 @@ def restarts(
 
 def _outcomes_frame(frames: RunFrames) -> DataFrame:
     per_second = frames.completions.groupBy(
+        "run",
         F.floor(F.col("time") / F.lit(1_000_000_000)).alias("second"),
         "f",
         "type",
@@ -200,12 +209,17 @@ def _outcomes(per_second: list[Any]) -> dict[str, Any]:
     }
 
 
-def _latency_frame(frames: RunFrames, floor_ms: int) -> DataFrame:
+def _latency_frame(frames: RunFrames, floor_ms: Mapping[int, int]) -> DataFrame:
     ok = frames.completions.where(F.col("type") == "ok").withColumn(
         "ms", F.col("latency_ns") / F.lit(1e6)
     )
-    ratio = F.when(F.col("f") == "ddl", F.col("ms") / F.lit(max(floor_ms, 1)))
-    agg = ok.groupBy("f").agg(
+    # each run's own floor: one CASE branch per run
+    cases = [(F.col("run") == F.lit(run), F.lit(max(ms, 1))) for run, ms in floor_ms.items()]
+    floor = F.when(*cases[0])
+    for case in cases[1:]:
+        floor = floor.when(*case)
+    ratio = F.when(F.col("f") == "ddl", F.col("ms") / floor)
+    agg = ok.groupBy("run", "f").agg(
         F.count(F.lit(1)).alias("n"),
         F.percentile_approx("ms", QUANTILES).alias("q"),
         F.max("ms").alias("max"),
@@ -239,13 +253,28 @@ def _latency(rows: list[Any], floor_ms: int) -> dict[str, Any]:
 
 
 def _ddl_window_spans(
-    frames: RunFrames, run: dict[str, Any], options: StatsOptions
-) -> tuple[dict[int, dict[str, Any]], DataFrame | None]:
-    """The window of each DDL ack (without counts yet) and the frame that counts them."""
-    acks = frames.known().acks
-    if not acks:
-        return {}, None
+    frames: RunFrames, runs: Mapping[int, dict[str, Any]], options: StatsOptions
+) -> tuple[dict[int, dict[int, dict[str, Any]]], DataFrame | None]:
+    """The window of each DDL ack of each run (without counts yet) and the frame that counts
+    them."""
     half = int(options.ddl_window_s * 1e9)
+    per_run: dict[int, dict[int, dict[str, Any]]] = {}
+    intervals: list[Interval] = []
+    for run in frames.runs:
+        per, centers = _ddl_windows_of(frames.known(run).acks, runs[run], options)
+        per_run[run] = per
+        intervals.extend(
+            Interval(c - half, c + half, (i,), run=run) for i, (c, _) in centers.items()
+        )
+    if not any(per_run.values()):
+        return per_run, None
+    return per_run, _window_counts(frames, intervals, "ddl_index", "ddl")
+
+
+def _ddl_windows_of(
+    acks: Sequence[Ack], run: Mapping[str, Any], options: StatsOptions
+) -> tuple[dict[int, dict[str, Any]], dict[int, tuple[int, str]]]:
+    """One run's DDL windows (by ack index, without counts yet) and their centers."""
     start_wall_ms = int(run.get("start_wall_ms", 0))
     centers: dict[int, tuple[int, str]] = {}
     for a in acks:
@@ -255,24 +284,6 @@ def _ddl_window_spans(
         else:
             center, basis = a.time, "ack"
         centers[a.index] = (center, basis)
-    lookup = IntervalLookup(
-        frames.events.sparkSession,
-        [Interval(c - half, c + half, (i,)) for i, (c, _) in centers.items()],
-        [("ddl_index", T.LongType())],
-    )
-    counts = (
-        lookup.join(frames.completions, "time", "inner")
-        .groupBy("ddl_index", "type", "error_code")
-        .count()
-    )
-    frame = _tagged(
-        counts,
-        "ddl",
-        k=F.col("ddl_index"),
-        s2=F.col("type"),
-        s3=F.col("error_code"),
-        n=F.col("count"),
-    )
     per: dict[int, dict[str, Any]] = {}
     for a in acks:
         i = a.index
@@ -289,7 +300,7 @@ def _ddl_window_spans(
             "info": 0,
             "errors": {},
         }
-    return per, frame
+    return per, centers
 
 
 def _ddl_windows(per: dict[int, dict[str, Any]], rows: list[Any]) -> list[dict]:
@@ -310,7 +321,7 @@ def _schema_lag_frame(frames: RunFrames, ack_lookup: IntervalLookup) -> DataFram
     # versions are any int64: where the difference overflows, try_subtract's null counts as no lag
     required = F.coalesce(F.col("req_v"), F.col("catalog_version"))
     lag = F.greatest(F.try_subtract(required, F.col("catalog_version")), F.lit(0))
-    agg = probes.groupBy("node").agg(
+    agg = probes.groupBy("run", "node").agg(
         F.count(F.lit(1)).alias("probes"),
         F.max(lag).alias("max_lag"),
         F.avg(lag).alias("mean_lag"),
@@ -341,7 +352,7 @@ def _schema_lag(rows: list[Any]) -> dict[str, Any]:
 
 def _safe_time_waits_frame(frames: RunFrames) -> DataFrame:
     w = frames.completions.where(F.col("safe_time_waits").isNotNull())
-    agg = w.groupBy("node").agg(
+    agg = w.groupBy("run", "node").agg(
         F.max("safe_time_waits.count").alias("count"),
         F.max("safe_time_waits.total_ms").alias("total_ms"),
         F.max("safe_time_waits.max_ms").alias("max_ms"),
@@ -374,7 +385,7 @@ def _unavailability_frame(frames: RunFrames, options: StatsOptions) -> DataFrame
     ok = frames.completions.where(
         (F.col("type") == "ok") & F.col("node").isNotNull() & (F.col("f") != "final-read")
     )
-    agg = ok.groupBy("node", F.expr(f"time div {threshold}L").alias("bucket")).agg(
+    agg = ok.groupBy("run", "node", F.expr(f"time div {threshold}L").alias("bucket")).agg(
         F.min("time").alias("first"), F.max("time").alias("last")
     )
     return _tagged(agg, "bucket", s1=F.col("node"), n=F.col("first"), n2=F.col("last"))
@@ -407,13 +418,58 @@ def _unavailability(
 
 
 def _nemesis_window_spans(
-    frames: RunFrames, spark: Any, end_time: int
-) -> tuple[list[dict[str, Any]], DataFrame | None]:
-    """The nemesis windows (start/stop paired) and, if any has a length, the frame counting the
-    completions inside each."""
+    frames: RunFrames,
+) -> tuple[dict[int, list[dict[str, Any]]], DataFrame | None]:
+    """The nemesis windows of each run (start/stop paired) and, if any has a length, the frame
+    counting the completions inside each."""
+    per_run: dict[int, list[dict[str, Any]]] = {}
+    spans: list[Interval] = []
+    for run in frames.runs:
+        facts = frames.known(run)
+        windows = _nemesis_windows_of(facts.nemesis, facts.end_time)
+        run_spans = [
+            Interval(
+                int(w["from_s"] * 1e9),
+                max(int(w["to_s"] * 1e9), int(w["from_s"] * 1e9) + 1),
+                (i,),
+                run=run,
+            )
+            for i, w in enumerate(windows)
+            if w["to_s"] > w["from_s"]
+        ]
+        # a run's windows get counts only when one of them has a length, as when judged alone
+        if run_spans:
+            for w in windows:
+                w.update({"ok": 0, "fail": 0, "info": 0, "errors": {}})
+        per_run[run] = windows
+        spans.extend(run_spans)
+    if not spans:
+        return per_run, None
+    return per_run, _window_counts(frames, spans, "window", "window")
+
+
+def _window_counts(
+    frames: RunFrames, windows: Sequence[Interval], name: str, kind: str
+) -> DataFrame:
+    """The completions of each window (its id in `name`) by type and error, as `kind` rows."""
+    lookup = IntervalLookup(frames.events.sparkSession, windows, [(name, T.LongType())])
+    counts = (
+        lookup.join(frames.completions, "time", "inner")
+        .groupBy("run", name, "type", "error_code")
+        .count()
+    )
+    return _tagged(
+        counts, kind, k=F.col(name), s2=F.col("type"), s3=F.col("error_code"), n=F.col("count")
+    )
+
+
+def _nemesis_windows_of(
+    nemesis: Sequence[Mapping[str, Any]], end_time: int
+) -> list[dict[str, Any]]:
+    """One run's nemesis windows, start/stop paired (without counts yet)."""
     windows: list[dict[str, Any]] = []
     open_: dict[str, dict[str, Any]] = {}
-    for e in frames.known().nemesis:
+    for e in nemesis:
         f = str(e["f"])
         value = value_or_none(e["value_json"])
         kind, _, what = f.partition("-")
@@ -443,32 +499,7 @@ def _nemesis_window_spans(
     for w in windows:
         w.setdefault("to_s", end_time / 1e9)
         w.setdefault("end_index", None)
-    spans = [
-        Interval(
-            int(w["from_s"] * 1e9), max(int(w["to_s"] * 1e9), int(w["from_s"] * 1e9) + 1), (i,)
-        )
-        for i, w in enumerate(windows)
-        if w["to_s"] > w["from_s"]
-    ]
-    if not spans:
-        return windows, None
-    for w in windows:
-        w.update({"ok": 0, "fail": 0, "info": 0, "errors": {}})
-    lookup = IntervalLookup(spark, spans, [("window", T.LongType())])
-    counts = (
-        lookup.join(frames.completions, "time", "inner")
-        .groupBy("window", "type", "error_code")
-        .count()
-    )
-    frame = _tagged(
-        counts,
-        "window",
-        k=F.col("window"),
-        s2=F.col("type"),
-        s3=F.col("error_code"),
-        n=F.col("count"),
-    )
-    return windows, frame
+    return windows
 
 
 def _nemesis_windows(windows: list[dict[str, Any]], rows: list[Any]) -> list[dict[str, Any]]:

@@ -140,19 +140,19 @@ def test_a_column_of_unknown_type_is_named_and_its_values_are_not_judged(
 
 
 @pytest.mark.spark
-def test_a_batch_judged_concurrently_gives_each_run_its_own_results(
+def test_a_batch_judged_in_one_plan_gives_each_run_its_own_results(
     tmp_path: Path,
     spark: SparkSession,  # noqa: F811
 ) -> None:
-    """Runs of one `analyze` are judged three at a time, each in its own session of the one
-    SparkContext: every run's results (and results.json) are what it gets judged alone, in the
-    order given, with classes found in one run never leaking into another."""
+    """The runs of one `analyze` are judged together, in one plan partitioned by run: every
+    run's results (and results.json) are what it gets judged alone, in the order given, with
+    classes found in one run never leaking into another."""
     cases = ["ap-violation", "lost-write", "index-orphan"]
     alone = [
         analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=FAST) for c in cases
     ]
     runs = [make_run(c, tmp_path / "batch" / c) for c in cases]
-    batch = analyze_runs(runs, spark=spark, options=FAST, concurrency=3)
+    batch = analyze_runs(runs, spark=spark, options=FAST)
 
     def judged(r: dict) -> tuple:
         return r["valid"], r["anomalies"], r["errors"], r["not_applicable"]

@@ -1,0 +1,193 @@
+"""One plan per batch: every check judges the runs of a batch together, partitioned by run, and
+each run must get exactly the rows it gets judged alone.
+
+The batch mixes the labelled class histories (which share one catalog, so a join that forgets
+the run pairs one run's txn with another's events of the same index) with synthetic runs of
+other seeds and faults (other catalogs, so a catalog lookup that forgets the run places an
+event in the wrong catalog)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from checker.analyze import CHECKS, CheckSpec, analyze_run, analyze_runs, rename_column_compatible
+from checker.catalog_index import RUN, CatalogIndex, RunCatalog
+from checker.contract import read_catalog_lines, read_run_json
+from checker.frames import RunFrames, build_frames, release
+from checker.freshness import ack_lookup
+from checker.ingest import ingest_history
+from checker.run_facts import with_facts
+from checker.stats import compute_stats
+from tests.spark_session import spark  # noqa: F401  (session fixture)
+from tests.synth import generate_run
+from tests.test_checker_classes import HISTORIES, make_run
+from tests.test_checker_clock_none import clock_none
+
+
+def _clock_free(case: str) -> bool:
+    own = HISTORIES / case / "run.json"  # else the common one, which has a clock
+    return own.exists() and json.loads(own.read_text()).get("clock") == "none"
+
+
+CASES = sorted(p.name for p in HISTORIES.iterdir() if (p / "expect.json").exists())
+# a batch shares one clock: the cases whose run.json keeps it (replica-divergence's does not)
+CLOCKED = [c for c in CASES if not _clock_free(c)]
+# (seed, fault): other catalogs than the class histories', one valid, two with a fault
+SYNTH = ((3, None), (5, "lost-write"), (8, "ap-violation"))
+
+Loaded = tuple[RunFrames, CatalogIndex]
+
+
+def load(session: SparkSession, run_dirs: Sequence[Path]) -> Loaded:
+    """`run_dirs` as the frames and catalog of one batch (run i is the i-th directory), with
+    their facts collected, as the analyzer builds them."""
+    metas = [read_run_json(d) for d in run_dirs]
+    cat = CatalogIndex.of_runs(
+        session,
+        [
+            RunCatalog(read_catalog_lines(d), rename_column_compatible(m), m.get("clock", "hlc"), i)
+            for i, (d, m) in enumerate(zip(run_dirs, metas, strict=True))
+        ],
+    )
+    events = functools.reduce(
+        DataFrame.unionByName,
+        (
+            ingest_history(session, d).events.select(F.lit(i).cast("long").alias(RUN), "*")
+            for i, d in enumerate(run_dirs)
+        ),
+    )
+    frames = build_frames(events, cat, runs=tuple(range(len(run_dirs))))
+    return with_facts(frames, cat.clock_free), cat
+
+
+def judged(rows: list[Any]) -> dict[int, list[tuple[Any, ...]]]:
+    """A check's rows by run, each run's in a stable order."""
+    out: dict[int, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        out.setdefault(int(r[RUN]), []).append(
+            (r["class"], tuple(r["events"]), tuple(r["nodes"]), r["explanation"])
+        )
+    return {k: sorted(v) for k, v in out.items()}
+
+
+class Batch:
+    """The batch's run directories, loaded together and each alone (once per module)."""
+
+    def __init__(self, session: SparkSession, run_dirs: list[Path]) -> None:
+        self.run_dirs = run_dirs
+        self.together = load(session, run_dirs)
+        self.alone = [load(session, [d]) for d in run_dirs]
+
+    def release(self) -> None:
+        for frames, _ in [self.together, *self.alone]:
+            release(frames)
+
+    def compare(self, check: CheckSpec) -> None:
+        together = judged(check.check(*self.together).collect())
+        for i, (d, one) in enumerate(zip(self.run_dirs, self.alone, strict=True)):
+            alone = judged(check.check(*one).collect()).get(0, [])
+            assert together.get(i, []) == alone, (check.name, d.name)
+        assert set(together) <= set(range(len(self.run_dirs)))
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Batch]:  # noqa: F811
+    root = tmp_path_factory.mktemp("batch")
+    dirs = [make_run(c, root / c) for c in CLOCKED]
+    for seed, fault in SYNTH:
+        d = root / f"synth-{seed}"
+        generate_run(d, seed, events=600, fault=fault)
+        dirs.append(d)
+    b = Batch(spark, dirs)
+    yield b
+    b.release()
+
+
+@pytest.fixture(scope="module")
+def clock_free_batch(
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession,  # noqa: F811
+) -> Iterator[Batch]:
+    root = tmp_path_factory.mktemp("clock-free")
+    dirs = [clock_none(make_run(c, root / c)) for c in CASES]
+    d = root / "synth-11"
+    generate_run(d, 11, events=600, fault="lost-write", clock="none")
+    b = Batch(spark, [*dirs, d])
+    yield b
+    b.release()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # the first check also pays for loading the batch (module fixture)
+@pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
+def test_each_run_of_a_batch_gets_what_it_gets_alone(check: CheckSpec, batch: Batch) -> None:
+    batch.compare(check)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # the first check also pays for loading the batch (module fixture)
+@pytest.mark.parametrize(
+    "check",
+    [c for c in CHECKS if not c.needs_clock],
+    ids=[c.name for c in CHECKS if not c.needs_clock],
+)
+def test_each_clock_free_run_of_a_batch_gets_what_it_gets_alone(
+    check: CheckSpec, clock_free_batch: Batch
+) -> None:
+    clock_free_batch.compare(check)
+
+
+@pytest.mark.spark
+def test_a_mixed_batch_gives_each_run_the_results_it_gets_alone(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """The whole analysis (verdict, anomalies, errors, statistics, results.json) of a batch
+    that mixes a clock-free run (judged in a plan of its own), a broken run directory, runs with
+    and without per-node copies and synthetic runs, against each run judged alone."""
+    dirs = [make_run(c, tmp_path / "batch" / c) for c in CASES]
+    dirs.append(clock_none(make_run("lost-write", tmp_path / "batch" / "clock-free")))
+    broken = make_run("lost-ddl", tmp_path / "batch" / "broken")
+    (broken / "history.jsonl").unlink()
+    dirs.append(broken)
+    for seed, fault in SYNTH:
+        generate_run(tmp_path / "batch" / f"synth-{seed}", seed, events=600, fault=fault)
+        dirs.append(tmp_path / "batch" / f"synth-{seed}")
+    together = analyze_runs(dirs, spark=spark)
+    for d, r in zip(dirs, together, strict=True):
+        written = json.loads((d / "results.json").read_text())
+        alone = analyze_run(d, spark=spark)
+        assert without_time(r) == without_time(alone), d.name
+        assert without_time(written) == without_time(alone), d.name
+    assert together[CASES.index("lost-write")]["valid"] is False
+    assert together[len(CASES)]["not_applicable"], "the clock-free run's classes"
+    assert together[len(CASES) + 1]["valid"] == "unknown"
+    assert together[-3]["valid"] is True and together[-1]["valid"] is False
+
+
+def without_time(results: dict[str, Any]) -> dict[str, Any]:
+    """`results` without the one figure a batch shares among its runs (its wall time)."""
+    return {**results, "stats": {k: v for k, v in results["stats"].items() if k != "analysis_s"}}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # alone, it pays for loading the batch (module fixture)
+def test_each_run_of_a_batch_gets_the_stats_it_gets_alone(batch: Batch) -> None:
+    def stats(loaded: Loaded, run_dirs: Sequence[Path]) -> dict[int, dict[str, Any]]:
+        frames, cat = loaded
+        metas = {i: read_run_json(d) for i, d in enumerate(run_dirs)}
+        out = compute_stats(frames, metas, ack_lookup(frames, cat))
+        return {r: {k: v for k, v in s.items() if k != "analysis_s"} for r, s in out.items()}
+
+    together = stats(batch.together, batch.run_dirs)
+    assert set(together) == set(range(len(batch.run_dirs)))
+    for i, (d, one) in enumerate(zip(batch.run_dirs, batch.alone, strict=True)):
+        assert together[i] == stats(one, [d])[0], d.name

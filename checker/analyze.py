@@ -1,4 +1,5 @@
-"""analyze_run: a run directory in, results.json (verdict, anomalies, statistics) out.
+"""analyze_runs: run directories in, each one's results.json (verdict, anomalies, statistics)
+out, the runs of a batch judged in one plan partitioned by run (analyze_run: a batch of one).
 
 The verdict follows anomalies.md: false when any anomaly is found, "unknown" when the run or
 its history is incomplete (and nothing was found in what could be read), true otherwise. A

@@ -4,7 +4,8 @@ each run must get exactly the rows it gets judged alone.
 The batch mixes the labelled class histories (which share one catalog, so a join that forgets
 the run pairs one run's txn with another's events of the same index) with synthetic runs of
 other seeds and faults (other catalogs, so a catalog lookup that forgets the run places an
-event in the wrong catalog)."""
+event in the wrong catalog). The clock-free checks and the statistics are compared whole, in the
+mixed batch's analysis."""
 
 from __future__ import annotations
 
@@ -22,10 +23,8 @@ from checker.analyze import CHECKS, CheckSpec, analyze_run, analyze_runs, rename
 from checker.catalog_index import RUN, CatalogIndex, RunCatalog
 from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release
-from checker.freshness import ack_lookup
 from checker.ingest import ingest_history
 from checker.run_facts import with_facts
-from checker.stats import compute_stats
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from tests.test_checker_classes import HISTORIES, make_run
@@ -111,20 +110,6 @@ def batch(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iter
     b.release()
 
 
-@pytest.fixture(scope="module")
-def clock_free_batch(
-    tmp_path_factory: pytest.TempPathFactory,
-    spark: SparkSession,  # noqa: F811
-) -> Iterator[Batch]:
-    root = tmp_path_factory.mktemp("clock-free")
-    dirs = [clock_none(make_run(c, root / c)) for c in CASES]
-    d = root / "synth-11"
-    generate_run(d, 11, events=600, fault="lost-write", clock="none")
-    b = Batch(spark, [*dirs, d])
-    yield b
-    b.release()
-
-
 @pytest.mark.spark
 @pytest.mark.timeout(1800)  # the first check also pays for loading the batch (module fixture)
 @pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
@@ -133,19 +118,7 @@ def test_each_run_of_a_batch_gets_what_it_gets_alone(check: CheckSpec, batch: Ba
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(1800)  # the first check also pays for loading the batch (module fixture)
-@pytest.mark.parametrize(
-    "check",
-    [c for c in CHECKS if not c.needs_clock],
-    ids=[c.name for c in CHECKS if not c.needs_clock],
-)
-def test_each_clock_free_run_of_a_batch_gets_what_it_gets_alone(
-    check: CheckSpec, clock_free_batch: Batch
-) -> None:
-    clock_free_batch.compare(check)
-
-
-@pytest.mark.spark
+@pytest.mark.timeout(1200)  # 17 analyses alone beside the batch
 def test_a_mixed_batch_gives_each_run_the_results_it_gets_alone(
     tmp_path: Path,
     spark: SparkSession,  # noqa: F811
@@ -176,18 +149,3 @@ def test_a_mixed_batch_gives_each_run_the_results_it_gets_alone(
 def without_time(results: dict[str, Any]) -> dict[str, Any]:
     """`results` without the one figure a batch shares among its runs (its wall time)."""
     return {**results, "stats": {k: v for k, v in results["stats"].items() if k != "analysis_s"}}
-
-
-@pytest.mark.spark
-@pytest.mark.timeout(1800)  # alone, it pays for loading the batch (module fixture)
-def test_each_run_of_a_batch_gets_the_stats_it_gets_alone(batch: Batch) -> None:
-    def stats(loaded: Loaded, run_dirs: Sequence[Path]) -> dict[int, dict[str, Any]]:
-        frames, cat = loaded
-        metas = {i: read_run_json(d) for i, d in enumerate(run_dirs)}
-        out = compute_stats(frames, metas, ack_lookup(frames, cat))
-        return {r: {k: v for k, v in s.items() if k != "analysis_s"} for r, s in out.items()}
-
-    together = stats(batch.together, batch.run_dirs)
-    assert set(together) == set(range(len(batch.run_dirs)))
-    for i, (d, one) in enumerate(zip(batch.run_dirs, batch.alone, strict=True)):
-        assert together[i] == stats(one, [d])[0], d.name

@@ -112,9 +112,7 @@ def test_strobe_loop_flips_the_file_on_its_own_and_stops(tmp_path: Path) -> None
         ["bash", "-c", stop_strobe_command(ft)], capture_output=True, text=True
     )
     flips = int(stopped.stdout.split()[-1])
-    # about one per 50 ms for a second on a quiet machine; a loaded one (the CI's Spark tests
-    # beside it) runs the loop late, so only that it flipped both ways and did not spin
-    assert 2 <= flips <= 25, flips
+    assert 6 <= flips <= 25, flips  # about one per 50 ms for a second
     time.sleep(0.1)
     assert (
         not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

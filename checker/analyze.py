@@ -277,10 +277,7 @@ def _analyze(
     runs = tuple(r.run for r in judged)
     total = sum(i.count for i in ingested.values())
     restore = _small_input_mode(spark, total, options.small_input_events)
-    events = functools.reduce(
-        DataFrame.unionByName,
-        (ingested[r].events.select(F.lit(r).cast("long").alias(RUN), "*") for r in runs),
-    )
+    events = batch_events({r: ingested[r].events for r in runs})
     # one partition for a small batch: a single-partition input satisfies every join's and
     # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
     events = events.coalesce(1) if restore else events
@@ -326,6 +323,14 @@ def _analyze(
             "errors": errors[r.run],
         }
     return out
+
+
+def batch_events(events: Mapping[int, DataFrame]) -> DataFrame:
+    """The union of each run's events, each tagged with its run id (`run`)."""
+    return functools.reduce(
+        DataFrame.unionByName,
+        (df.select(F.lit(r).cast("long").alias(RUN), "*") for r, df in events.items()),
+    )
 
 
 def _errors(frames: RunFrames, cat: CatalogIndex, run: int, ingested: Ingested) -> list[str]:

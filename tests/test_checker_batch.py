@@ -9,17 +9,22 @@ mixed batch's analysis."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from checker.analyze import CHECKS, CheckSpec, analyze_run, analyze_runs, rename_column_compatible
+from checker.analyze import (
+    CHECKS,
+    CheckSpec,
+    analyze_run,
+    analyze_runs,
+    batch_events,
+    rename_column_compatible,
+)
 from checker.catalog_index import RUN, CatalogIndex, RunCatalog
 from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release
@@ -56,13 +61,7 @@ def load(session: SparkSession, run_dirs: Sequence[Path]) -> Loaded:
             for i, (d, m) in enumerate(zip(run_dirs, metas, strict=True))
         ],
     )
-    events = functools.reduce(
-        DataFrame.unionByName,
-        (
-            ingest_history(session, d).events.select(F.lit(i).cast("long").alias(RUN), "*")
-            for i, d in enumerate(run_dirs)
-        ),
-    )
+    events = batch_events({i: ingest_history(session, d).events for i, d in enumerate(run_dirs)})
     frames = build_frames(events, cat, runs=tuple(range(len(run_dirs))))
     return with_facts(frames, cat.clock_free), cat
 

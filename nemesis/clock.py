@@ -43,14 +43,16 @@ def strobe_command(
     the duration: node-side, so the period does not depend on the controller's round trip.
     Its pid and flip count live next to the faketime file."""
     f = faketime_file
+    # the count is written aside and renamed into place: a stop that lands between a plain
+    # `>`'s truncation and its write would read an empty count (seen under CI's load)
     count = shlex.quote(f + ".strobe.count")
+    aside = shlex.quote(f + ".strobe.count.new")
+    flip = f"n=$((n + 1)); echo $n > {aside}; mv -f {aside} {count}"
     body = (
         f"end=$(( $(date +%s%N) + {round(duration_s * 1e9)} )); n=0; "
         'while [ "$(date +%s%N)" -lt "$end" ]; do '
-        f"{write_offset_command(f, high)}; n=$((n + 1)); echo $n > {count}; "
-        f"sleep {period_s:.3f}; "
-        f"{write_offset_command(f, low)}; n=$((n + 1)); echo $n > {count}; "
-        f"sleep {period_s:.3f}; done"
+        f"{write_offset_command(f, high)}; {flip}; sleep {period_s:.3f}; "
+        f"{write_offset_command(f, low)}; {flip}; sleep {period_s:.3f}; done"
     )
     return (
         f"nohup bash -c {shlex.quote(body)} > /dev/null 2>&1 < /dev/null & "
@@ -62,9 +64,10 @@ def stop_strobe_command(faketime_file: str) -> str:
     """Stop a strobe loop if one runs; print its flip count (nothing if there was none)."""
     pid = shlex.quote(faketime_file + ".strobe.pid")
     count = shlex.quote(faketime_file + ".strobe.count")
+    aside = shlex.quote(faketime_file + ".strobe.count.new")
     return (
         f"if [ -f {pid} ]; then kill $(cat {pid}) 2>/dev/null; cat {count} 2>/dev/null; fi; "
-        f"rm -f {pid} {count}"
+        f"rm -f {pid} {count} {aside}"
     )
 
 

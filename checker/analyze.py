@@ -11,7 +11,6 @@ in `errors`, and the verdict is "unknown" unless the prefix already shows an ano
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +37,7 @@ from checker.facts import RunFacts
 from checker.frames import RunFrames, build_frames, kept_as_rows, release
 from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
-from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, Ingested, ingest_history
+from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, Validated, ingest_histories
 from checker.run_facts import with_facts
 from checker.session import build_session, local_heap_bytes
 from checker.stats import StatsOptions, compute_stats
@@ -263,21 +262,18 @@ def _analyze(
         [RunCatalog(r.lines, rename_column_compatible(r.meta), r.clock, r.run) for r in batch],
     )
     pool.shutdown(wait=False)
-    out: dict[int, dict[str, Any]] = {}
-    ingested: dict[int, Ingested] = {}
-    for r in batch:
-        try:
-            ingested[r.run] = ingest_history(spark, r.dir, options.python_validation_max_bytes)
-        except ContractError as e:
-            out[r.run] = _unknown([str(e)], started)
+    ingested = ingest_histories(
+        spark, {r.run: r.dir for r in batch}, options.python_validation_max_bytes
+    )
+    out = {run: _unknown([str(e)], started) for run, e in ingested.failed.items()}
     cat = catalog.result()
-    judged = [r for r in batch if r.run in ingested]
-    if not judged:
+    judged = [r for r in batch if r.run in ingested.runs]
+    if ingested.events is None or not judged:
         return out
     runs = tuple(r.run for r in judged)
-    total = sum(i.count for i in ingested.values())
+    total = sum(v.count for v in ingested.runs.values())
     restore = _small_input_mode(spark, total, options.small_input_events)
-    events = batch_events({r: ingested[r].events for r in runs})
+    events = ingested.events
     # one partition for a small batch: a single-partition input satisfies every join's and
     # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
     events = events.coalesce(1) if restore else events
@@ -286,7 +282,7 @@ def _analyze(
     )
     try:
         frames = with_facts(frames, cat.clock_free)
-        errors = {r.run: _errors(frames, cat, r.run, ingested[r.run]) for r in judged}
+        errors = {r.run: _errors(frames, cat, r.run, ingested.runs[r.run]) for r in judged}
         not_applicable = {r.run: _not_applicable(r) for r in judged}
         applicable = [c for c in CHECKS if any(c.name not in n for n in not_applicable.values())]
         found = _judge(frames, cat, applicable, {r.run: r.meta for r in judged}, options)
@@ -302,7 +298,7 @@ def _analyze(
         j = found.get(r.run, _Judged())
         # a class that does not apply to this run was judged for the others: its rows dropped
         anomalies = [a for a in j.anomalies if a["class"] not in not_applicable[r.run]]
-        stats: dict[str, Any] = {"events": ingested[r.run].count, **j.stats}
+        stats: dict[str, Any] = {"events": ingested.runs[r.run].count, **j.stats}
         stats["anomalies_by_class"] = {
             c.name: j.per_class.get(c.name, 0)
             for c in applicable
@@ -325,15 +321,7 @@ def _analyze(
     return out
 
 
-def batch_events(events: Mapping[int, DataFrame]) -> DataFrame:
-    """The union of each run's events, each tagged with its run id (`run`)."""
-    return functools.reduce(
-        DataFrame.unionByName,
-        (df.select(F.lit(r).cast("long").alias(RUN), "*") for r, df in events.items()),
-    )
-
-
-def _errors(frames: RunFrames, cat: CatalogIndex, run: int, ingested: Ingested) -> list[str]:
+def _errors(frames: RunFrames, cat: CatalogIndex, run: int, ingested: Validated) -> list[str]:
     """What keeps run `run` from being judged valid: an incomplete history, a part of its
     catalog the checker cannot judge, a history that breaks the contract's pairing rules."""
     errors: list[str] = []

@@ -18,13 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from checker.analyze import (
-    CHECKS,
-    CheckSpec,
-    analyze_run,
-    analyze_runs,
-    rename_column_compatible,
-)
+from checker.analyze import CHECKS, CheckSpec, analyze_run, analyze_runs, rename_column_compatible
 from checker.catalog_index import RUN, CatalogIndex, RunCatalog
 from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release

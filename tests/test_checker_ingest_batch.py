@@ -17,7 +17,14 @@ from pyspark.sql import functions as F
 from checker.analyze import analyze_run
 from checker.catalog_index import RUN
 from checker.contract import ContractError
-from checker.ingest import COLUMNAR_FILE, ingest_histories, ingest_history
+from checker.ingest import (
+    COLUMNAR_FILE,
+    _first_problem_line,
+    _only_bad_is_last,
+    _partition_counts,
+    ingest_histories,
+    ingest_history,
+)
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from tests.test_checker_columnar import _recorded_run, replay
@@ -140,3 +147,26 @@ def test_each_run_of_a_batch_is_ingested_as_alone(tmp_path: Path, spark: SparkSe
         "jsonl-bad",
         "out-of-order",
     }
+
+
+@pytest.mark.spark
+def test_a_run_after_another_in_a_shared_partition_is_numbered_from_its_own_first_line(
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """The small copies of a batch share partitions: run 1's lines follow run 0's five in
+    partition 0, and go on in partition 1. Its first problem (its third line) and its last
+    line are found from its own first position in each partition, not the partition's."""
+    lines = [(0, 0, p, p, None) for p in range(5)]  # (run, _pid, _pos, index, _problem)
+    lines += [(1, 0, 5 + i, i, "bad f" if i == 2 else None) for i in range(5)]
+    lines += [(1, 1, i, 5 + i, None) for i in range(3)]
+    lines += [(2, 1, 3, 0, None), (2, 1, 4, 1, None), (2, 1, 5, 2, "torn")]
+    tagged = spark.createDataFrame(
+        lines, f"{RUN} long, _pid int, _pos long, index long, _problem string"
+    )
+    parts = _partition_counts(tagged)
+    assert [int(p["first_pos"]) for p in parts[1]] == [5, 0]
+    run1 = tagged.where(F.col(RUN) == 1)
+    assert _first_problem_line(run1, parts[1]) == (3, "bad f")
+    # a torn tail is the run's last line only: run 2's, after run 1's three in partition 1
+    assert _only_bad_is_last(parts[2]) is True
+    assert _only_bad_is_last(parts[1]) is False

@@ -47,6 +47,8 @@ PYTHON_VALIDATION_MAX_BYTES = 32 * 1024 * 1024
 # larger one is rewritten once into history.parquet/ like a parsed JSONL, so that its scans
 # read the per-line problem column instead of computing it again each time.
 IN_PLACE_MAX_EVENTS = 200_000
+# The runs of a batch opened (a JSONL one parsed into its cache) at once
+OPEN_THREADS = 4
 
 # the enums the Python validator holds every line to, from the one statement of the contract
 DDL_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["ddl_kind"]["enum"])
@@ -234,11 +236,25 @@ def ingest_histories(
     in one job (the small columnar copies kept in memory by it), not in a job per run."""
     failed: dict[int, ContractError] = {}
     opened: dict[int, _Opened] = {}
-    for run, run_dir in dirs.items():
+
+    def open_run(run_dir: Path) -> _Opened | ContractError:
         try:
-            opened[run] = _open(spark, Path(run_dir), python_validation_max_bytes)
+            return _open(spark, Path(run_dir), python_validation_max_bytes)
         except ContractError as e:
-            failed[run] = e
+            return e
+
+    # A JSONL history is parsed into its cache in a job of its own, mostly waiting on the
+    # driver's planning and scheduling: a few at once keep both cores busy.
+    pool = ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="open")
+    try:
+        for run, got in zip(dirs, pool.map(open_run, dirs.values()), strict=True):
+            if isinstance(got, ContractError):
+                failed[run] = got
+            else:
+                opened[run] = got
+    finally:
+        # on Ctrl-C the parses still running fail as soon as the session is stopped
+        pool.shutdown(wait=False, cancel_futures=True)
     # the small copies read in place are kept in memory, all of them in one checkpoint
     in_place = {r: o.raw for r, o in opened.items() if o.in_place}
     kept = (

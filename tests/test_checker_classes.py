@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -88,7 +89,7 @@ def test_a_written_null_fills_as_the_system_upgrades_it(spark: SparkSession) -> 
 
     # (nullable, default) of column c at schema versions 1..7
     shapes = [(True, None), (False, 7), (False, 8), (True, 8), (False, None), (False, 9), (True, 9)]
-    lines = [
+    lines: list[dict[str, Any]] = [
         {
             "catalog_version": sv,
             "activation_ts": sv * 1000,

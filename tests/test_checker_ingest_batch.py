@@ -156,11 +156,11 @@ def test_a_run_after_another_in_a_shared_partition_is_numbered_from_its_own_firs
     """The small copies of a batch share partitions: run 1's lines follow run 0's five in
     partition 0, and go on in partition 1. Its first problem (its third line) and its last
     line are found from its own first position in each partition, not the partition's."""
-    lines = [(0, 0, p, p, None) for p in range(5)]  # (run, _pid, _pos, index, _problem)
+    lines: list[tuple[int, int, int, int, str | None]] = [(0, 0, p, p, None) for p in range(5)]
     lines += [(1, 0, 5 + i, i, "bad f" if i == 2 else None) for i in range(5)]
     lines += [(1, 1, i, 5 + i, None) for i in range(3)]
     lines += [(2, 1, 3, 0, None), (2, 1, 4, 1, None), (2, 1, 5, 2, "torn")]
-    tagged = spark.createDataFrame(
+    tagged = spark.createDataFrame(  # (run, _pid, _pos, index, _problem)
         lines, f"{RUN} long, _pid int, _pos long, index long, _problem string"
     )
     parts = _partition_counts(tagged)

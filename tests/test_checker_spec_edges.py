@@ -3,25 +3,35 @@ extra fields that another f's contract types, a process that invokes again after
 largest legal timestamp, a failed final read that does not repeat its table, copies per node
 compared only where the target declares them, any index state, a negative process, a last op
 that returned a row, participants that disagree on a run without a clock, a lookup through an
-index without a key."""
+index without a key.
+
+Each test's runs are cases (`case`): every case of the module is judged in one batch per way
+of reading the history (READINGS), as `schemachaos analyze` judges many runs, statistics
+included, and each test asserts on its own cases' results. One batch of some sixty small runs
+costs a few analyses, where a run at a time cost one each (test_checker_batch and
+test_checker_ingest_batch hold a batch's results to each run's alone)."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from checker.analyze import AnalyzeOptions, analyze_run, exit_code
+from checker.analyze import AnalyzeOptions, analyze_runs, exit_code
 from checker.ingest import COLUMNAR_FILE, _parse_lines
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.test_checker_classes import FAST, HISTORIES, make_run
+from tests.test_checker_classes import HISTORIES, make_run
 from tests.test_checker_columnar import replay
 
-SPARK_VALIDATION = AnalyzeOptions(python_validation_max_bytes=0, with_stats=False)
-PATHS = pytest.mark.parametrize("options", [FAST, SPARK_VALIDATION], ids=["python", "spark"])
+# The two ways a JSONL history is validated: line by line in Python (a small one, the
+# default), and by Spark's per-line checks (any history over the Python limit, here all)
+READINGS = {"python": AnalyzeOptions(), "spark": AnalyzeOptions(python_validation_max_bytes=0)}
+PATHS = pytest.mark.parametrize("reading", list(READINGS))
 INT64_MAX = (1 << 63) - 1
 T1_COLUMNS = [
     {"id": 1, "name": "c1", "type": "INT32", "nullable": True, "default": None},
@@ -89,39 +99,73 @@ def write_run(
     return run
 
 
-def judge(run: Path, session: SparkSession, options: AnalyzeOptions = FAST) -> dict[str, Any]:
-    return analyze_run(run, spark=session, options=options)
+Build = Callable[[Path], Path]
+CASES: dict[str, Build] = {}  # a case's name -> what writes its run directory at a path
+Judged = dict[str, dict[str, dict[str, Any]]]  # reading -> case -> results.json
+
+
+def case(name: str, build: Build) -> None:
+    """Register a run for the module's batches, under a name no other case has."""
+    assert name not in CASES, f"two cases named {name}"
+    CASES[name] = build
+
+
+def events_case(
+    name: str, events: Callable[[], list[dict[str, Any]]], run_changes: dict[str, Any] | None = None
+) -> None:
+    """A case of the common catalog whose history is `events()`."""
+    case(name, lambda dest: write_run(dest, events(), run_changes))
+
+
+@pytest.fixture(scope="module")
+def judged(
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession,  # noqa: F811
+) -> Judged:
+    """Every case's results, read each way: each reading's runs judged in one batch."""
+    out: Judged = {}
+    for reading, options in READINGS.items():
+        root = tmp_path_factory.mktemp(reading)
+        dirs = {name: build(root / name) for name, build in CASES.items()}
+        out[reading] = dict(
+            zip(dirs, analyze_runs(list(dirs.values()), spark=spark, options=options), strict=True)
+        )
+    return out
 
 
 def classes(results: dict[str, Any]) -> set[str]:
     return {a["class"] for a in results["anomalies"]}
 
 
+events_case("base", base)
+
+
 @pytest.mark.spark
 @PATHS
-def test_the_base_history_is_valid(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
-    results = judge(write_run(tmp_path / "run", base()), spark, options)
+def test_the_base_history_is_valid(judged: Judged, reading: str) -> None:
+    results = judged[reading]["base"]
     assert results["valid"] is True and results["errors"] == [], results
+
+
+def _extra_fields() -> list[dict[str, Any]]:
+    events = base()
+    events[1]["value"]["ts"] = "2024-01-01T00:00:00Z"
+    events[3]["value"]["rows"] = "none"
+    events[0]["value"]["schema_version"] = "latest"
+    return events
+
+
+events_case("extra-fields", _extra_fields)
 
 
 @pytest.mark.spark
 @PATHS
 def test_an_extra_field_that_another_fs_contract_types_is_allowed(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
+    judged: Judged, reading: str
 ) -> None:
     """`ts` is a probe's integer, `rows` a final read's list, `schema_version` an op's integer:
     as extra fields of a txn, a probe and a txn invoke they may hold anything."""
-    events = base()
-    events[1]["value"]["ts"] = "2024-01-01T00:00:00Z"
-    events[3]["value"]["rows"] = "none"
-    events[0]["value"]["schema_version"] = "latest"
-    results = judge(write_run(tmp_path / "run", events), spark, options)
+    results = judged[reading]["extra-fields"]
     assert results["valid"] is True and results["errors"] == [], results
 
 
@@ -153,22 +197,27 @@ def test_spark_flags_a_mistyped_field_of_the_lines_own_contract_only(
     assert flagged == [False, True, False, True, True, False, False, True, False, True]
 
 
-@pytest.mark.spark
-@PATHS
-def test_a_lost_write_is_found_through_a_colliding_extra_field(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
-    """The parse keeps the rest of a value whose extra field has another f's type."""
-    plain = judge(make_run("lost-write", tmp_path / "plain"), spark, options)
-    run = make_run("lost-write", tmp_path / "extra")
+def _lost_write_with_extra(dest: Path) -> Path:
+    run = make_run("lost-write", dest)
     events = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
     for e in events:
         if e["f"] == "txn" and e["type"] == "ok":
             e["value"]["ts"] = "later"
     (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    results = judge(run, spark, options)
+    return run
+
+
+case("lost-write", lambda dest: make_run("lost-write", dest))
+case("lost-write-extra", _lost_write_with_extra)
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_lost_write_is_found_through_a_colliding_extra_field(
+    judged: Judged, reading: str
+) -> None:
+    """The parse keeps the rest of a value whose extra field has another f's type."""
+    plain, results = judged[reading]["lost-write"], judged[reading]["lost-write-extra"]
     assert "lost-write" in classes(plain)
     assert results["anomalies"] == plain["anomalies"] and results["valid"] == plain["valid"]
 
@@ -188,51 +237,61 @@ def _after_info(second_process: int) -> list[dict[str, Any]]:
     ]
 
 
+events_case("reinvoked", lambda: _after_info(0))
+events_case("new-process-after-info", lambda: _after_info(9))
+
+
 @pytest.mark.spark
-def test_an_invoke_after_info_by_the_same_process_breaks_the_contract(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
-    reused = judge(write_run(tmp_path / "reused", _after_info(0)), spark)
+def test_an_invoke_after_info_by_the_same_process_breaks_the_contract(judged: Judged) -> None:
+    reused = judged["python"]["reinvoked"]
     assert reused["valid"] == "unknown" and exit_code(reused) == 2, reused
     assert len(reused["errors"]) == 1 and "info (first: index 2)" in reused["errors"][0]
     # the near miss: the workload's way, a new process after the info
-    fresh = judge(write_run(tmp_path / "fresh", _after_info(9)), spark)
+    fresh = judged["python"]["new-process-after-info"]
     assert fresh["valid"] is True and fresh["errors"] == [], fresh
+
+
+def _probe_at_the_largest_ts(version: int) -> list[dict[str, Any]]:
+    answer = {"ts": INT64_MAX, "catalog_version": version, "table_schema_version": 4,
+              "columns": T1_COLUMNS}  # fmt: skip
+    return [
+        *base(),
+        _invoke(8, 10, "probe", {"table": "t1", "ts": INT64_MAX}),
+        {**_invoke(9, 10, "probe", answer), "type": "ok", "node": "n1"},
+    ]
+
+
+events_case("probe-at-max-right", lambda: _probe_at_the_largest_ts(5))
+events_case("probe-at-max-wrong", lambda: _probe_at_the_largest_ts(4))
 
 
 @pytest.mark.spark
 def test_a_probe_at_the_largest_timestamp_is_judged_against_the_last_version(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    judged: Judged,
 ) -> None:
-    def probe(version: int) -> list[dict[str, Any]]:
-        answer = {"ts": INT64_MAX, "catalog_version": version, "table_schema_version": 4,
-                  "columns": T1_COLUMNS}  # fmt: skip
-        return [
-            _invoke(8, 10, "probe", {"table": "t1", "ts": INT64_MAX}),
-            {**_invoke(9, 10, "probe", answer), "type": "ok", "node": "n1"},
-        ]
-
-    right = judge(write_run(tmp_path / "right", [*base(), *probe(5)]), spark)
+    right = judged["python"]["probe-at-max-right"]
     assert right["valid"] is True, right
-    wrong = judge(write_run(tmp_path / "wrong", [*base(), *probe(4)]), spark)
+    wrong = judged["python"]["probe-at-max-wrong"]
     assert classes(wrong) == {"ap-violation"}
     assert [a["events"] for a in wrong["anomalies"]] == [[9]]
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("outcome", ["fail", "info"])
-def test_a_failed_final_read_is_named_by_its_invokes_table(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    outcome: str,
-) -> None:
+def _failed_final_read(outcome: str) -> list[dict[str, Any]]:
     events = base()
     error = {"code": "TIMEOUT", "message": "timed out", "retriable": True}
     events[5] = {**_invoke(5, 2, "final-read", {}), "type": outcome, "node": "n2", "error": error}
     del events[5]["value"]
-    results = judge(write_run(tmp_path / "run", events), spark)
+    return events
+
+
+events_case("final-read-fail", lambda: _failed_final_read("fail"))
+events_case("final-read-info", lambda: _failed_final_read("info"))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("outcome", ["fail", "info"])
+def test_a_failed_final_read_is_named_by_its_invokes_table(judged: Judged, outcome: str) -> None:
+    results = judged["python"][f"final-read-{outcome}"]
     assert results["valid"] == "unknown"
     assert results["errors"][0].startswith("final read of t1 failed: TIMEOUT (index 5)"), results
 
@@ -261,18 +320,18 @@ def _diverging() -> list[dict[str, Any]]:
     ]
 
 
+events_case("diverging-undeclared", _diverging)
+events_case("diverging-declared", _diverging, {"capabilities": ["per-node-copies"]})
+
+
 @pytest.mark.spark
 def test_copies_per_node_are_compared_only_where_the_target_declares_them(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    judged: Judged,
 ) -> None:
-    undeclared = judge(write_run(tmp_path / "undeclared", _diverging()), spark)
+    undeclared = judged["python"]["diverging-undeclared"]
     assert undeclared["valid"] is True, undeclared
     assert "replica-divergence" in undeclared["not_applicable"]
-    declared = judge(
-        write_run(tmp_path / "declared", _diverging(), {"capabilities": ["per-node-copies"]}),
-        spark,
-    )
+    declared = judged["python"]["diverging-declared"]
     assert classes(declared) == {"replica-divergence"}, declared
     assert [a["events"] for a in declared["anomalies"]] == [[5, 7]]
 
@@ -303,81 +362,84 @@ def _renamed_between_reads(dest: Path, n1_c2: str) -> Path:
     return run
 
 
+case("renamed-same", lambda dest: _renamed_between_reads(dest, "a"))
+case("renamed-differ", lambda dest: _renamed_between_reads(dest, "b"))
+
+
 @pytest.mark.spark
-def test_copies_are_compared_by_column_id_across_a_rename(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
+def test_copies_are_compared_by_column_id_across_a_rename(judged: Judged) -> None:
     """system.md: columns are identified by id. A final read before RENAME COLUMN c1 TO c9
     and one after it hold the same row; a different value in another column differs."""
-    results = judge(_renamed_between_reads(tmp_path / "same", "a"), spark)
+    results = judged["python"]["renamed-same"]
     assert results["valid"] is True and results["errors"] == [], results
-    differ = _renamed_between_reads(tmp_path / "differ", "b")
-    results = judge(differ, spark)
+    results = judged["python"]["renamed-differ"]
     assert classes(results) == {"replica-divergence"}, results
     [found] = results["anomalies"]
     assert found["events"] == [5, 7]
     assert "{c1=1, c2=b} on n1 and {c2=a, c9=1} on n2" in found["explanation"], found
 
 
-@pytest.mark.spark
-def test_an_index_state_the_checker_does_not_know_is_accepted(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
-    run = write_run(tmp_path / "run", base())
+def _unknown_index_state(dest: Path) -> Path:
+    run = write_run(dest, base())
     lines = (run / "catalog.jsonl").read_text().splitlines()
     last = json.loads(lines[-1])
     last["tables"]["t1"]["indexes"].append({"name": "i3", "columns": ["c2"], "state": "READ_ONLY"})
     (run / "catalog.jsonl").write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
-    results = judge(run, spark)
+    return run
+
+
+case("unknown-index-state", _unknown_index_state)
+
+
+@pytest.mark.spark
+def test_an_index_state_the_checker_does_not_know_is_accepted(judged: Judged) -> None:
+    results = judged["python"]["unknown-index-state"]
     assert results["valid"] is True and results["errors"] == [], results
+
+
+def _negative_process() -> list[dict[str, Any]]:
+    events = base()
+    events[0]["process"] = events[1]["process"] = -1
+    return events
+
+
+events_case("negative-process", _negative_process)
 
 
 @pytest.mark.spark
 @PATHS
-def test_a_negative_process_is_a_client(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
-    events = base()
-    events[0]["process"] = events[1]["process"] = -1
-    results = judge(write_run(tmp_path / "run", events), spark, options)
+def test_a_negative_process_is_a_client(judged: Judged, reading: str) -> None:
+    results = judged[reading]["negative-process"]
     assert results["valid"] is True and results["errors"] == [], results
     assert results["anomalies"] == []
 
 
-@pytest.mark.spark
-@PATHS
-def test_nan_is_not_json(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
-    """Python's parser takes NaN, which JSON has not: a final read holding one is a line that
-    breaks the contract (unknown, named), not a value to judge."""
-    run = write_run(tmp_path / "run", base())
+def _nan(dest: Path) -> Path:
+    run = write_run(dest, base())
     lines = (run / "history.jsonl").read_text().splitlines()
     lines[5] = lines[5].replace('"c1": 1', '"c1": NaN')
     assert "NaN" in lines[5]
     (run / "history.jsonl").write_text("\n".join(lines) + "\n")
-    results = judge(run, spark, options)
-    assert results["valid"] == "unknown" and results["anomalies"] == [], results
-    assert results["errors"][0].startswith("history.jsonl line 6"), results
+    return run
+
+
+case("nan", _nan)
 
 
 @pytest.mark.spark
 @PATHS
-def test_a_nemesis_value_nested_too_deep_to_parse_is_named_not_a_crash(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
+def test_nan_is_not_json(judged: Judged, reading: str) -> None:
+    """Python's parser takes NaN, which JSON has not: a final read holding one is a line that
+    breaks the contract (unknown, named), not a value to judge."""
+    results = judged[reading]["nan"]
+    assert results["valid"] == "unknown" and results["anomalies"] == [], results
+    assert results["errors"][0].startswith("history.jsonl line 6"), results
+
+
+def _nested_too_deep(dest: Path) -> Path:
     heal = {"index": 1, "time": 2, "type": "info", "process": "nemesis", "f": "stop-x",
             "value": {}}  # fmt: skip
-    events = [heal, *({**e, "index": e["index"] + 2} for e in base())]
-    run = write_run(tmp_path / "run", events)
+    run = write_run(dest, [heal, *({**e, "index": e["index"] + 2} for e in base())])
     # deeper than Python's parser (and Jackson's default limit) goes; written by hand, since
     # Python's encoder stops short of it too
     deep = "[" * 3000 + "]" * 3000
@@ -385,26 +447,45 @@ def test_a_nemesis_value_nested_too_deep_to_parse_is_named_not_a_crash(
              f'"value": {{"deep": {deep}}}}}')  # fmt: skip
     history = run / "history.jsonl"
     history.write_text(fault + "\n" + history.read_text())
-    results = judge(run, spark, options)
+    return run
+
+
+case("nested-too-deep", _nested_too_deep)
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_nemesis_value_nested_too_deep_to_parse_is_named_not_a_crash(
+    judged: Judged, reading: str
+) -> None:
+    results = judged[reading]["nested-too-deep"]
     assert results["valid"] in (True, "unknown"), results
     if results["valid"] == "unknown":
         assert results["errors"][0].startswith("history.jsonl line 1"), results
 
 
-@pytest.mark.spark
-def test_a_catalog_version_on_two_lines_breaks_the_contract(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
-    run = write_run(tmp_path / "run", base())
+def _catalog_version_twice(dest: Path) -> Path:
+    """The catalog's second line again, activating 5 later, as its third line."""
+    run = write_run(dest, base())
     lines = (run / "catalog.jsonl").read_text().splitlines()
     again = json.loads(lines[1])
     again["activation_ts"] += 5
     (run / "catalog.jsonl").write_text("\n".join([*lines[:2], json.dumps(again), *lines[2:]]))
-    results = judge(run, spark)
+    return run
+
+
+case("catalog-version-twice", _catalog_version_twice)
+
+
+@pytest.mark.spark
+def test_a_catalog_version_on_two_lines_breaks_the_contract(judged: Judged) -> None:
+    results = judged["python"]["catalog-version-twice"]
     assert results["valid"] == "unknown", results
+    version = json.loads((HISTORIES / "common" / "catalog.jsonl").read_text().splitlines()[1])[
+        "catalog_version"
+    ]
     assert results["errors"] == [
-        f"catalog.jsonl line 3: field 'catalog_version': is {again['catalog_version']}, as on "
+        f"catalog.jsonl line 3: field 'catalog_version': is {version}, as on "
         "line 2 (one line per catalog version)"
     ], results
 
@@ -415,19 +496,27 @@ def test_the_common_catalog_has_the_index_the_base_reads() -> None:
                                           last["tables"]["t1"]["indexes"]}.items()  # fmt: skip
 
 
+def _final_read_at(read_ts: int) -> list[dict[str, Any]]:
+    events = base()
+    events[5]["value"]["ts"] = read_ts
+    return events
+
+
+events_case("final-read-at-the-commit", lambda: _final_read_at(300000010))
+events_case("final-read-after-the-commit", lambda: _final_read_at(300000011))
+
+
 @pytest.mark.spark
-@pytest.mark.parametrize(("read_ts", "valid"), [(300000010, "unknown"), (300000011, True)])
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [("final-read-at-the-commit", "unknown"), ("final-read-after-the-commit", True)],
+)
 def test_a_final_read_not_after_every_acknowledged_commit_leaves_lost_write_undecided(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    read_ts: int,
-    valid: object,
+    judged: Judged, name: str, valid: object
 ) -> None:
     """The write of key 1 commits at 300000010; a final read at that very ts cannot show it
     (lost-write compares commit_ts < ts), so it proves nothing either way."""
-    events = base()
-    events[5]["value"]["ts"] = read_ts
-    results = judge(write_run(tmp_path / "run", events), spark)
+    results = judged["python"][name]
     assert results["valid"] == valid and results["anomalies"] == [], results
     if valid == "unknown":
         assert results["errors"] == [
@@ -437,18 +526,23 @@ def test_a_final_read_not_after_every_acknowledged_commit_leaves_lost_write_unde
         ]
 
 
+def _final_read_invoked_before_the_ack() -> list[dict[str, Any]]:
+    """The final read of t1 invoked between the txn's invoke and its ok."""
+    events = base()
+    order = [events[0], events[4], events[1], events[5], *events[2:4], *events[6:]]
+    return [{**e, "index": i} for i, e in enumerate(order)]
+
+
+events_case("clock-free-read-before-the-ack", _final_read_invoked_before_the_ack, {"clock": "none"})
+events_case("clock-free-read-after-the-ack", base, {"clock": "none"})
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("early", [True, False], ids=["invoked-before-the-ack", "after"])
 def test_a_clock_free_final_read_invoked_before_a_write_completed_is_undecided(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    early: bool,
+    judged: Judged, early: bool
 ) -> None:
-    events = base()
-    if early:  # the final read of t1 is invoked between the txn's invoke and its ok
-        order = [events[0], events[4], events[1], events[5], *events[2:4], *events[6:]]
-        events = [{**e, "index": i} for i, e in enumerate(order)]
-    results = judge(write_run(tmp_path / "run", events, {"clock": "none"}), spark)
+    results = judged["python"][f"clock-free-read-{'before' if early else 'after'}-the-ack"]
     if early:
         assert results["valid"] == "unknown", results
         assert results["errors"][0].startswith(
@@ -458,13 +552,7 @@ def test_a_clock_free_final_read_invoked_before_a_write_completed_is_undecided(
         assert results["valid"] is True and results["errors"] == [], results
 
 
-@pytest.mark.spark
-def test_the_early_read_error_names_the_write_that_committed_last(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
-    """Write #1 commits at 300000010 and completes first; write #3 completes later but commits
-    at 270000010: a final read at 300000005 misses #1, and the error must say so."""
+def _early_read_of_two_writes() -> list[dict[str, Any]]:
     events = base()
     write2 = {"op": "w", "table": "t1", "key": 2, "row": {"c1": 2, "c2": "a"}}
     later = [_invoke(2, 4, "txn", {"ops": [write2]}), _txn_ok(3, 4, 2, 270000000)]
@@ -473,7 +561,17 @@ def test_the_early_read_error_names_the_write_that_committed_last(
     rest[3]["value"] = {**rest[3]["value"], "ts": 300000005, "rows": both}
     entries = [{"key": 1, "values": {"c1": 1}}, {"key": 2, "values": {"c1": 2}}]
     rest[5]["value"] = {**rest[5]["value"], "entries": entries}
-    results = judge(write_run(tmp_path / "run", [*events[:2], *later, *rest]), spark)
+    return [*events[:2], *later, *rest]
+
+
+events_case("early-read-of-two-writes", _early_read_of_two_writes)
+
+
+@pytest.mark.spark
+def test_the_early_read_error_names_the_write_that_committed_last(judged: Judged) -> None:
+    """Write #1 commits at 300000010 and completes first; write #3 completes later but commits
+    at 270000010: a final read at 300000005 misses #1, and the error must say so."""
+    results = judged["python"]["early-read-of-two-writes"]
     assert results["valid"] == "unknown" and results["anomalies"] == [], results
     assert results["errors"] == [
         "final read of t1 (index 7) was at ts 300000005, not after acknowledged write #1 "
@@ -510,23 +608,33 @@ def _unfinished_read(outcome: str, result: dict[str, Any] | None) -> list[dict[s
     ]
 
 
+def _unfinished_before_the_final_reads(
+    outcome: str, result: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    return _before_the_final_reads(_unfinished_read(outcome, result))
+
+
+for _outcome in ("info", "fail"):
+    events_case(
+        f"last-op-row-{_outcome}",
+        functools.partial(_unfinished_before_the_final_reads, _outcome, {"c1": 1, "c2": "a"}),
+    )
+    events_case(
+        f"last-op-no-row-{_outcome}",
+        functools.partial(_unfinished_before_the_final_reads, _outcome, None),
+    )
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("outcome", ["info", "fail"])
-def test_a_last_op_that_returned_a_row_succeeded(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    outcome: str,
-) -> None:
+def test_a_last_op_that_returned_a_row_succeeded(judged: Judged, outcome: str) -> None:
     """history.md: `result` is "a read's row as the client saw it", so a read that returned a
     row succeeded, even as the last op of a txn that did not commit (transborder-op); without
     a row the last op may have failed, and is not judged."""
-    row = {"c1": 1, "c2": "a"}
-    with_row = _before_the_final_reads(_unfinished_read(outcome, row))
-    seen = judge(write_run(tmp_path / "seen", with_row), spark)
+    seen = judged["python"][f"last-op-row-{outcome}"]
     assert classes(seen) == {"transborder-op"}, seen
     assert [a["events"] for a in seen["anomalies"]] == [[5]]
-    without = _before_the_final_reads(_unfinished_read(outcome, None))
-    unseen = judge(write_run(tmp_path / "unseen", without), spark)
+    unseen = judged["python"][f"last-op-no-row-{outcome}"]
     assert unseen["valid"] is True and unseen["errors"] == [], unseen
 
 
@@ -539,29 +647,37 @@ def _two_participants(versions: tuple[int, int]) -> list[dict[str, Any]]:
     return events
 
 
+def _unstamped_participants() -> list[dict[str, Any]]:
+    """Participants that disagree, on an ok txn whose commit_ts is null."""
+    events = _two_participants((4, 3))
+    events[1]["value"]["commit_ts"] = None
+    return events
+
+
+CLOCK_FREE = {"clock": "none"}
+events_case("participants-mixed", lambda: _two_participants((4, 3)), CLOCK_FREE)
+events_case("participants-unstamped", _unstamped_participants, CLOCK_FREE)
+events_case("participants-agreed", lambda: _two_participants((4, 4)), CLOCK_FREE)
+events_case("participants-mixed-clocked", lambda: _two_participants((4, 3)))
+
+
 @pytest.mark.spark
-def test_participants_that_disagree_are_found_without_a_clock(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
+def test_participants_that_disagree_are_found_without_a_clock(judged: Judged) -> None:
     """anomalies.md's mixed-schema-commit: participants "report different commit schema
     versions for the same table, or one differs from tsv(t, commit_ts)". The first half needs
     no timestamp, so a `clock: none` run is judged by it."""
-    clock_free = {"clock": "none"}
-    mixed = judge(write_run(tmp_path / "mixed", _two_participants((4, 3)), clock_free), spark)
+    mixed = judged["python"]["participants-mixed"]
     assert classes(mixed) == {"mixed-schema-commit"}, mixed
     assert [a["events"] for a in mixed["anomalies"]] == [[1]]
     assert mixed["anomalies"][0]["nodes"] == ["n1", "n2"]
     # a target without a clock may leave an ok txn's commit_ts null: still judged
-    no_ts = _two_participants((4, 3))
-    no_ts[1]["value"]["commit_ts"] = None
-    unstamped = judge(write_run(tmp_path / "unstamped", no_ts, clock_free), spark)
+    unstamped = judged["python"]["participants-unstamped"]
     assert classes(unstamped) == {"mixed-schema-commit"}, unstamped
-    agreed = judge(write_run(tmp_path / "agreed", _two_participants((4, 4)), clock_free), spark)
+    agreed = judged["python"]["participants-agreed"]
     assert agreed["valid"] is True and agreed["errors"] == [], agreed
     assert "mixed-schema-commit" not in agreed["not_applicable"]
     # with a clock the same disagreement is found too (and the participant off tsv)
-    clocked = judge(write_run(tmp_path / "clocked", _two_participants((4, 3))), spark)
+    clocked = judged["python"]["participants-mixed-clocked"]
     assert classes(clocked) == {"mixed-schema-commit", "ap-violation"}, clocked
 
 
@@ -582,28 +698,31 @@ def _lookup(op: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+LOOKUP = {"op": "ix", "table": "t1", "index": "i1", "lookup": 1}
+
+
+def _stale_lookup() -> list[dict[str, Any]]:
+    stale = _lookup(LOOKUP)
+    stale[1]["value"]["ops"][0]["schema_version"] = 3  # the primary's version at op_ts: off
+    return _before_the_final_reads(stale)
+
+
+events_case("lookup", lambda: _before_the_final_reads(_lookup(LOOKUP)))
+events_case("keyless-read", lambda: _before_the_final_reads(_lookup({"op": "r", "table": "t1"})))
+events_case("lookup-off-version", _stale_lookup)
+
+
 @pytest.mark.spark
 @PATHS
-def test_a_lookup_through_an_index_names_no_key(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
+def test_a_lookup_through_an_index_names_no_key(judged: Judged, reading: str) -> None:
     """history.md gives an `ix` op an index and a lookup value; the keys are what it finds.
     Every other micro-op names its key (int): a read without one breaks the contract. A
     lookup that is an anomaly is named by its index and value."""
-    lookup = {"op": "ix", "table": "t1", "index": "i1", "lookup": 1}
-    run = write_run(tmp_path / "ix", _before_the_final_reads(_lookup(lookup)))
-    results = judge(run, spark, options)
+    results = judged[reading]["lookup"]
     assert results["valid"] is True and results["errors"] == [], results
-    read = {"op": "r", "table": "t1"}
-    keyless = judge(
-        write_run(tmp_path / "r", _before_the_final_reads(_lookup(read))), spark, options
-    )
+    keyless = judged[reading]["keyless-read"]
     assert keyless["valid"] == "unknown" and "key" in keyless["errors"][0], keyless
-    stale = _lookup(lookup)
-    stale[1]["value"]["ops"][0]["schema_version"] = 3  # the primary's version at op_ts: off
-    off = judge(write_run(tmp_path / "off", _before_the_final_reads(stale)), spark, options)
+    off = judged[reading]["lookup-off-version"]
     assert classes(off) == {"ap-violation"}, off
     assert "txn l1 looked up t1 through index i1 for 1 on n1" in off["anomalies"][0]["explanation"]
 
@@ -631,20 +750,23 @@ def _overwritten_maybe(final_c1: int) -> list[dict[str, Any]]:
     return events
 
 
+for _c1 in (1, 2, 555):
+    events_case(f"maybe-overwritten-shows-{_c1}", functools.partial(_overwritten_maybe, _c1))
+
+
 @pytest.mark.spark
 def test_a_write_of_unknown_outcome_hides_no_lost_write_it_does_not_explain(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    judged: Judged,
 ) -> None:
     """lost-write: "an acknowledged (ok) committed write whose effect is absent from final
     reads and not overwritten by a later committed write". A txn of unknown outcome may have
     overwritten the key, so a final read showing its write is undecided; one showing an
     older write proves the last acknowledged one lost, whatever the unknown txn did."""
-    older = judge(write_run(tmp_path / "older", _overwritten_maybe(1)), spark)
+    older = judged["python"]["maybe-overwritten-shows-1"]
     assert classes(older) == {"lost-write"}, older
     assert [a["events"] for a in older["anomalies"]] == [[5, 9]]
     for c1 in (2, 555):  # the last acknowledged write, or the one of unknown outcome
-        shown = judge(write_run(tmp_path / f"shows-{c1}", _overwritten_maybe(c1)), spark)
+        shown = judged["python"][f"maybe-overwritten-shows-{c1}"]
         assert shown["valid"] is True and shown["errors"] == [], (c1, shown)
 
 
@@ -661,24 +783,26 @@ def _final_probes(n2_columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
+DECLARED = {"capabilities": ["per-node-copies"]}
+WIDER = [T1_COLUMNS[0] | {"type": "INT64"}, T1_COLUMNS[1]]
+REORDERED = [dict(reversed(list(c.items()))) for c in reversed(T1_COLUMNS)]
+events_case("final-probes-differ", lambda: _final_probes(WIDER), DECLARED)
+events_case("final-probes-reordered", lambda: _final_probes(REORDERED), DECLARED)
+events_case("final-probes-differ-undeclared", lambda: _final_probes(WIDER))
+
+
 @pytest.mark.spark
-def test_final_probes_that_differ_in_columns_disagree_on_the_schema(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
+def test_final_probes_that_differ_in_columns_disagree_on_the_schema(judged: Judged) -> None:
     """anomalies.md: "two nodes' final probes disagree on its schema" is replica-divergence
     where the target declares copies per node, even at one schema version; the same columns in
     another order (of the list, or of each column's keys) agree."""
-    declared = {"capabilities": ["per-node-copies"]}
-    wider = [T1_COLUMNS[0] | {"type": "INT64"}, T1_COLUMNS[1]]
-    differ = judge(write_run(tmp_path / "differ", _final_probes(wider), declared), spark)
+    differ = judged["python"]["final-probes-differ"]
     assert classes(differ) == {"replica-divergence"}, differ
     assert [a["events"] for a in differ["anomalies"]] == [[9, 11]]
     assert "c1 INT64" in differ["anomalies"][0]["explanation"]
-    reordered = [dict(reversed(list(c.items()))) for c in reversed(T1_COLUMNS)]
-    same = judge(write_run(tmp_path / "same", _final_probes(reordered), declared), spark)
+    same = judged["python"]["final-probes-reordered"]
     assert same["valid"] is True and same["errors"] == [], same
-    undeclared = judge(write_run(tmp_path / "undeclared", _final_probes(wider)), spark)
+    undeclared = judged["python"]["final-probes-differ-undeclared"]
     assert undeclared["valid"] is True, undeclared
 
 
@@ -693,76 +817,99 @@ def _key_listed(run: Path, key_type: str = "INT64") -> Path:
     return run
 
 
+def _final_row_with(column: str, value: int) -> list[dict[str, Any]]:
+    """The base history whose final read of t1 has `column` = `value` in key 1's row."""
+    events = base()
+    events[5]["value"]["rows"][0]["row"][column] = value
+    return events
+
+
+def _final_key_beyond_int32() -> list[dict[str, Any]]:
+    events = base()
+    events[5]["value"]["rows"][0]["key"] = 1 << 40
+    return events
+
+
+case("key-listed", lambda dest: _key_listed(write_run(dest, base())))
+events_case("key-repeated", lambda: _final_row_with("key", 1))
+events_case("key-not-its-own", lambda: _final_row_with("key", 99))
+case("key-listed-extra-column", lambda dest: _key_listed(write_run(dest, _final_row_with("c9", 5))))
+case(
+    "key-beyond-int32",
+    lambda dest: _key_listed(write_run(dest, _final_key_beyond_int32()), "INT32"),
+)
+
+
 @pytest.mark.spark
-def test_a_catalog_may_list_the_key_column(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
+def test_a_catalog_may_list_the_key_column(judged: Judged) -> None:
     """history.md carries a row's key beside its `row`: a catalog may list it as column `key`
     or leave it out, and a row may repeat it, without a schema-conformance; the key's type
     and the row's other columns are still judged."""
-    listed = judge(_key_listed(write_run(tmp_path / "listed", base())), spark)
+    listed = judged["python"]["key-listed"]
     assert listed["valid"] is True and listed["errors"] == [], listed
-    events = base()
-    events[5]["value"]["rows"][0]["row"]["key"] = 1
-    repeated = judge(write_run(tmp_path / "repeated", events), spark)
+    repeated = judged["python"]["key-repeated"]
     assert repeated["valid"] is True and repeated["errors"] == [], repeated
-    events[5]["value"]["rows"][0]["row"]["key"] = 99  # not its key: a column the table lacks
-    other = judge(write_run(tmp_path / "other", events), spark)
+    other = judged["python"]["key-not-its-own"]  # a column the table lacks
     assert classes(other) == {"schema-conformance"}, other
     assert "a value in column(s) key that schema version 4" in other["anomalies"][0]["explanation"]
-    events = base()
-    events[5]["value"]["rows"][0]["row"]["c9"] = 5
-    extra = judge(_key_listed(write_run(tmp_path / "extra", events)), spark)
+    extra = judged["python"]["key-listed-extra-column"]
     assert classes(extra) == {"schema-conformance"}, extra
     assert extra["anomalies"][0]["explanation"].endswith(
         "a value in column(s) c9 that schema version 4 does not have"
     ), extra
-    events = base()
-    events[5]["value"]["rows"][0]["key"] = 1 << 40  # the final read shows a key beyond INT32
-    wide = judge(_key_listed(write_run(tmp_path / "wide", events), "INT32"), spark)
+    wide = judged["python"]["key-beyond-int32"]
     assert "schema-conformance" in classes(wide), wide
     assert "in column key does not fit INT32" in wide["anomalies"][0]["explanation"], wide
 
 
+def _write_repeating_the_key(final_c1: int) -> list[dict[str, Any]]:
+    """The base history whose write repeats key 1 in its row; the final reads show c1 =
+    `final_c1` (the index agreeing with the row)."""
+    events = base()
+    for e in events[:2]:
+        e["value"]["ops"][0]["row"]["key"] = 1
+    events[5]["value"]["rows"][0]["row"]["c1"] = final_c1
+    events[7]["value"]["entries"][0]["values"]["c1"] = final_c1
+    return events
+
+
+case("key-repeated-by-the-write", lambda d: _key_listed(write_run(d, _write_repeating_the_key(1))))
+case("key-repeated-write-lost", lambda d: _key_listed(write_run(d, _write_repeating_the_key(7))))
+
+
 @pytest.mark.spark
 def test_a_write_that_repeats_the_listed_key_is_shown_by_the_final_rows_key(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    judged: Judged,
 ) -> None:
     """Where the catalog lists `key`, a write may repeat the key inside its row while the final
     read leaves it beside the row: the final row's key shows it, no lost-write; a column the
     final row does not show is still a lost-write."""
-    events = base()
-    for e in events[:2]:
-        e["value"]["ops"][0]["row"]["key"] = 1
-    shown = judge(_key_listed(write_run(tmp_path / "shown", events)), spark)
+    shown = judged["python"]["key-repeated-by-the-write"]
     assert shown["valid"] is True and shown["errors"] == [], shown
-    events[5]["value"]["rows"][0]["row"]["c1"] = 7
-    events[7]["value"]["entries"][0]["values"]["c1"] = 7  # the index agrees with the row
-    lost = judge(_key_listed(write_run(tmp_path / "lost", events)), spark)
+    lost = judged["python"]["key-repeated-write-lost"]
     assert classes(lost) == {"lost-write"}, lost
     assert "c1 = 1 but the final read has 7" in lost["anomalies"][0]["explanation"], lost
 
 
+def _probe_answering(behind: int) -> list[dict[str, Any]]:
+    """The base history whose probe answers `behind` catalog versions before its own."""
+    events = base()
+    events[3]["value"]["catalog_version"] -= behind
+    return events
+
+
+case("from-zero", lambda dest: _from_zero(write_run(dest, _probe_answering(1))))
+case("from-zero-probe-behind", lambda dest: _from_zero(write_run(dest, _probe_answering(2))))
+
+
 @pytest.mark.spark
 @PATHS
-def test_catalog_versions_may_start_at_zero(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
+def test_catalog_versions_may_start_at_zero(judged: Judged, reading: str) -> None:
     """history.md types catalog_version as an int and sets no first value: a catalog numbered
     from 0 (its acks and probes alike) is valid; a probe one version behind is still found."""
-    events = base()
-    events[3]["value"]["catalog_version"] -= 1
-    run = _from_zero(write_run(tmp_path / "from-0", events))
-    results = judge(run, spark, options)
+    results = judged[reading]["from-zero"]
     assert results["valid"] is True and results["errors"] == [], results
-    (run / "results.json").unlink()
-    events[3]["value"]["catalog_version"] -= 1  # the probe answers the version before
-    (run / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    behind = judge(run, spark, options)
+    behind = judged[reading]["from-zero-probe-behind"]  # the probe answers the version before
     assert classes(behind) == {"ap-violation"}, behind
 
 
@@ -774,16 +921,9 @@ def _replayed(run: Path, events: list[dict[str, Any]]) -> Path:
     return run
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("reading", ["python", "spark", "columnar"])
-def test_what_the_contract_leaves_open_passes_every_reading(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    reading: str,
-) -> None:
-    """A null txn_id and node on an ok txn, an index's final read that carries rows too, an `ix` op
-    with a null key, and nemesis events whose value is null beside a monitor sample, are
-    valid read by the Python validator, by Spark, and from our recorder's columnar copy."""
+def _left_open() -> list[dict[str, Any]]:
+    """A null txn_id and node on an ok txn, an index's final read that carries rows too, an
+    `ix` op with a null key, and nemesis events whose value is null beside a monitor sample."""
     events = base()
     events[1]["value"]["txn_id"] = None
     events[1]["node"] = None  # required, and typed string or null
@@ -798,11 +938,22 @@ def test_what_the_contract_leaves_open_passes_every_reading(
         process = "monitor" if f == "sample" else "nemesis"
         events.append({"index": i, "time": 5_002_000_000 + i, "type": "info",
                        "process": process, "f": f, "value": value})  # fmt: skip
-    run = write_run(tmp_path / reading, events)
+    return events
+
+
+events_case("left-open", _left_open)
+case("left-open-columnar", lambda dest: _replayed(write_run(dest, _left_open()), _left_open()))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("reading", ["python", "spark", "columnar"])
+def test_what_the_contract_leaves_open_passes_every_reading(judged: Judged, reading: str) -> None:
+    """What the contract leaves open (_left_open) is valid read by the Python validator, by
+    Spark, and from our recorder's columnar copy."""
     if reading == "columnar":
-        _replayed(run, events)
-    options = SPARK_VALIDATION if reading != "python" else FAST
-    results = judge(run, spark, options)
+        results = judged["spark"]["left-open-columnar"]
+    else:
+        results = judged[reading]["left-open"]
     assert results["valid"] is True and results["errors"] == [], results
 
 
@@ -816,14 +967,9 @@ def _from_zero(run: Path) -> Path:
     return run
 
 
-@pytest.mark.spark
-def test_schema_lag_counts_versions_numbered_from_zero(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-) -> None:
-    """With the catalog numbered from 0 and a DDL acknowledged as version 4 (the last), a
-    probe invoked after the ack that answers 4 is no version behind; one that answers 3 is one
-    behind, and a stale-schema-read."""
+def _ddl_acked_then_probed(probe_answers: int) -> list[dict[str, Any]]:
+    """A DDL acknowledged as catalog version 4, then the base history, whose probe answers
+    `probe_answers`."""
     ddl = {"stmt": "CREATE INDEX i1 ON t1 (c1)", "table": "t1", "kind": "create_index"}
     ack = {**ddl, "catalog_version": 4, "activation_ts": 262144000}
     events = [
@@ -832,37 +978,54 @@ def test_schema_lag_counts_versions_numbered_from_zero(
     ]
     for e in base():
         events.append({**e, "index": e["index"] + 2, "time": e["time"] + 2})
-    events[5]["value"]["catalog_version"] = 4
-    options = AnalyzeOptions()  # statistics included
-    current = judge(_from_zero(write_run(tmp_path / "current", events)), spark, options)
+    events[5]["value"]["catalog_version"] = probe_answers
+    return events
+
+
+case("lag-current", lambda dest: _from_zero(write_run(dest, _ddl_acked_then_probed(4))))
+case("lag-one-behind", lambda dest: _from_zero(write_run(dest, _ddl_acked_then_probed(3))))
+
+
+@pytest.mark.spark
+def test_schema_lag_counts_versions_numbered_from_zero(judged: Judged) -> None:
+    """With the catalog numbered from 0 and a DDL acknowledged as version 4 (the last), a
+    probe invoked after the ack that answers 4 is no version behind; one that answers 3 is one
+    behind, and a stale-schema-read."""
+    current = judged["python"]["lag-current"]
     assert current["valid"] is True and current["errors"] == [], current
     assert current["stats"]["schema_lag"]["n2"]["max_versions_behind"] == 0, current["stats"]
-    events[5]["value"]["catalog_version"] = 3
-    behind = judge(_from_zero(write_run(tmp_path / "behind", events)), spark, options)
+    behind = judged["python"]["lag-one-behind"]
     assert "stale-schema-read" in classes(behind), behind
     lag = behind["stats"]["schema_lag"]["n2"]
     assert lag["max_versions_behind"] == 1 and lag["probes_behind"] == 1, behind["stats"]
 
 
-@pytest.mark.spark
-@PATHS
-def test_a_null_where_the_contract_asks_for_nothing_is_absent(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
-    """`error` is typed on fail and info, and a failed txn carries whatever it reached: a
-    recorder that writes `"error": null` on every invoke and ok, and `"value": null` on a txn
-    that failed before it began, keeps a valid history valid; on a fail the error is still
-    missing."""
+def _null_errors(on_the_fail_too: bool) -> list[dict[str, Any]]:
+    """`"error": null` on every invoke and ok, and `"value": null` on a txn that failed before
+    it began; on its fail too if `on_the_fail_too`."""
     error = {"code": "UNAVAILABLE", "message": "no leader", "retriable": True}
     failed = {**_invoke(9, 4, "txn", {}), "type": "fail", "node": "n1", "value": None}
     events = [*base(), _invoke(8, 4, "txn", {"ops": []}), {**failed, "error": error}]
     events = [{"error": None, **e} for e in events]
-    results = judge(write_run(tmp_path / "null", events), spark, options)
+    if on_the_fail_too:
+        events[-1]["error"] = None
+    return events
+
+
+events_case("null-errors", lambda: _null_errors(False))
+events_case("null-error-on-a-fail", lambda: _null_errors(True))
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_null_where_the_contract_asks_for_nothing_is_absent(judged: Judged, reading: str) -> None:
+    """`error` is typed on fail and info, and a failed txn carries whatever it reached: a
+    recorder that writes `"error": null` on every invoke and ok, and `"value": null` on a txn
+    that failed before it began, keeps a valid history valid; on a fail the error is still
+    missing."""
+    results = judged[reading]["null-errors"]
     assert results["valid"] is True and results["errors"] == [], results
-    events[-1]["error"] = None
-    missing = judge(write_run(tmp_path / "missing", events), spark, options)
+    missing = judged[reading]["null-error-on-a-fail"]
     assert missing["valid"] == "unknown", missing
     assert any("error" in e and "line 10" in e for e in missing["errors"]), missing
 
@@ -887,17 +1050,17 @@ def _at_the_edges() -> list[dict[str, Any]]:
     ]
 
 
+events_case("edges-of-64-bits", _at_the_edges)
+
+
 @pytest.mark.spark
-@pytest.mark.parametrize("python_max", [32 << 20, 0], ids=["python", "spark"])
+@PATHS
 def test_times_and_timestamps_at_the_edges_of_64_bits_are_judged(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    python_max: int,
+    judged: Judged, reading: str
 ) -> None:
     """Any int64 is legal in `time` and a `*_ts`: a latency or a statistics window that would
     not fit in 64 bits neither crashes the analysis nor hides the lost-ddl the ack shows."""
-    options = AnalyzeOptions(python_validation_max_bytes=python_max)  # statistics included
-    results = judge(write_run(tmp_path / "edges", _at_the_edges()), spark, options)
+    results = judged[reading]["edges-of-64-bits"]
     assert classes(results) == {"lost-ddl"} and results["errors"] == [], results
     assert results["stats"]["ddl_windows"], results["stats"]
 
@@ -916,20 +1079,19 @@ def _shifted(by: int) -> list[dict[str, Any]]:
     return [move(e) for e in base()]
 
 
+events_case("negative-ts-clock-free", lambda: _shifted(-(10**12)), {"clock": "none"})
+events_case("negative-ts-hlc", lambda: _shifted(-(10**12)))
+
+
 @pytest.mark.spark
 @PATHS
-def test_opaque_timestamps_may_be_negative(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    options: AnalyzeOptions,
-) -> None:
+def test_opaque_timestamps_may_be_negative(judged: Judged, reading: str) -> None:
     """history.md: on a `clock: none` run the `*_ts` fields are opaque integers, of any sign:
     valid on both validation paths alike; on an HLC run the same history is judged too (its
     timestamps come before every catalog version), not refused by one path only."""
-    events = _shifted(-(10**12))
-    clock_free = judge(write_run(tmp_path / "none", events, {"clock": "none"}), spark, options)
+    clock_free = judged[reading]["negative-ts-clock-free"]
     assert clock_free["valid"] is True and clock_free["errors"] == [], clock_free
-    hlc = judge(write_run(tmp_path / "hlc", events), spark, options)
+    hlc = judged[reading]["negative-ts-hlc"]
     # the txn's ops, participant and probe all fall before the first catalog version
     before = {"ap-violation", "mixed-schema-commit", "transborder-op"}
     assert classes(hlc) == before and hlc["errors"] == [], hlc

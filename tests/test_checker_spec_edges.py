@@ -941,8 +941,13 @@ def _left_open() -> list[dict[str, Any]]:
     return events
 
 
+def _left_open_columnar(dest: Path) -> Path:
+    events = _left_open()
+    return _replayed(write_run(dest, events), events)
+
+
 events_case("left-open", _left_open)
-case("left-open-columnar", lambda dest: _replayed(write_run(dest, _left_open()), _left_open()))
+case("left-open-columnar", _left_open_columnar)
 
 
 @pytest.mark.spark

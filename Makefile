@@ -40,9 +40,11 @@ images: setup
 run: setup
 	$(VENV)/bin/schemachaos run --time-limit 60 --nemesis-interval 6
 
+# The suite as two pytest processes at once: the system tests, and beside them at a lower
+# priority the Spark analyses of small histories (tests/suite.sh says which is which).
 test: setup
 	$(VENV)/bin/schemachaos images build
-	$(VENV)/bin/python -m pytest -q -ra --durations=30
+	bash tests/suite.sh $(PY)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,13 @@ def needs_root() -> None:
     require(os.geteuid() == 0, "needs root for iptables/tc")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every user of the session's Spark (tests/spark_session.py) is marked `spark`, whether it
+    says so or not: tests/suite.sh runs such tests beside the system tests by that mark."""
+    if item.get_closest_marker("spark") is None and "spark" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.spark)
+
+
 # Seconds per test file (setup, call and teardown), printed after the run: CI must stay under
 # 45 minutes, and a file's total shows where the time goes better than its slowest tests.
 _FILE_SECONDS: dict[str, float] = {}

@@ -29,9 +29,6 @@ from tests.synth import generate_run
 from tests.test_checker_classes import HISTORIES, make_run
 from tests.test_checker_clock_none import clock_none
 
-# the suite's longest analysis module (7-13 minutes): tests/suite.sh runs it with the system tests
-pytestmark = pytest.mark.long_analysis
-
 
 def _clock_free(case: str) -> bool:
     own = HISTORIES / case / "run.json"  # else the common one, which has a clock

@@ -465,9 +465,15 @@ def _collect(
         F.count(F.lit(1)).over(Window.partitionBy(RUN, "class")).alias("_n"),
     ).where(F.col("_rn") <= cap)
     rows = ranked.collect()
+    # A run whose history broke the contract is left out of the frames but not of the batch's
+    # catalog, so a check of the catalog alone (activation-order) still finds its versions:
+    # its verdict is its contract violation, and its rows are dropped here.
+    judged = set(frames.runs)
     counts: dict[tuple[int, str], int] = {}
     out = []
     for r in sorted(rows, key=lambda r: (r[RUN], CLASSES.index(r["class"]), r["_rn"])):
+        if int(r[RUN]) not in judged:
+            continue
         counts[(int(r[RUN]), r["class"])] = int(r["_n"])
         out.append(
             (

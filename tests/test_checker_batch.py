@@ -156,3 +156,24 @@ def test_a_mixed_batch_gives_each_run_the_results_it_gets_alone(
 def without_time(results: dict[str, Any]) -> dict[str, Any]:
     """`results` without the one figure a batch shares among its runs (its wall time)."""
     return {**results, "stats": {k: v for k, v in results["stats"].items() if k != "analysis_s"}}
+
+
+@pytest.mark.spark
+def test_a_run_whose_history_breaks_the_contract_leaves_its_catalog_out_of_the_verdicts(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """A batch run whose history.jsonl breaks the contract is unknown, named, while its
+    catalog.jsonl is still read with the batch's: a check of the catalog alone
+    (activation-order) must not report it, nor crash the batch (a KeyError did, found by the
+    mutation test once it judged its runs in batches)."""
+    intact = make_run("activation-order", tmp_path / "intact")
+    broken = make_run("activation-order", tmp_path / "broken")
+    lines = (broken / "history.jsonl").read_text().splitlines()
+    (broken / "history.jsonl").write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    alone = analyze_run(intact, spark=spark)
+    together = analyze_runs([intact, broken], spark=spark)
+    assert without_time(together[0]) == without_time(alone)
+    assert {a["class"] for a in together[0]["anomalies"]} == {"activation-order"}
+    assert together[1]["valid"] == "unknown" and together[1]["anomalies"] == []
+    assert any("history.jsonl line 2" in e for e in together[1]["errors"]), together[1]["errors"]

@@ -33,16 +33,27 @@ def witnesses(results: dict, cls: str) -> list[list[int]]:
     return sorted(sorted(a["events"]) for a in results["anomalies"] if a["class"] == cls)
 
 
+@pytest.fixture(scope="module")
+def each_class(
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession,  # noqa: F811
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Every class history judged in one `analyze`, as a night of runs is (each run gets what
+    it gets judged alone: tests/test_checker_batch.py): each case's run directory and results."""
+    root = tmp_path_factory.mktemp("classes")
+    runs = [make_run(case, root / case) for case in CLASSES]
+    judged = analyze_runs(runs, spark=spark, options=FAST)
+    return {case: (run, r) for case, run, r in zip(CLASSES, runs, judged, strict=True)}
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("case", CLASSES)
 def test_class_fires_on_its_history_and_not_on_the_near_miss(
     case: str,
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    each_class: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
     expect = json.loads((HISTORIES / case / "expect.json").read_text())["fires"]
-    run = make_run(case, tmp_path / case)
-    results = analyze_run(run, spark=spark, options=FAST)
+    run, results = each_class[case]
     # the class histories are fragments without a full final phase: the anomaly still proves
     # false (history.md), and the only errors are the final reads they lack
     assert all(e.startswith("no final read") for e in results["errors"]), results["errors"]
@@ -60,10 +71,9 @@ def test_class_fires_on_its_history_and_not_on_the_near_miss(
 
 @pytest.mark.spark
 def test_explanation_names_txn_table_node_versions_and_timestamps(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
+    each_class: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
-    results = analyze_run(make_run("ap-violation", tmp_path / "ap"), spark=spark, options=FAST)
+    _, results = each_class["ap-violation"]
     op = next(a for a in results["anomalies"] if a["events"] == [7])
     assert op["explanation"] == (
         "txn a2 read t1 key 1 on n3 at 2001:62464 with schema version 1, "
@@ -191,10 +201,8 @@ def test_the_checks_split_over_unions_give_what_one_union_gives(
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("case", ["mixed-schema-commit", "lost-write", "index-orphan"])
 @pytest.mark.parametrize("small_input_events", [30_000, 0], ids=["small-input", "full-plans"])
 def test_frames_kept_as_rows_or_serialized_give_the_same_results(
-    case: str,
     small_input_events: int,
     tmp_path: Path,
     spark: SparkSession,  # noqa: F811
@@ -204,7 +212,7 @@ def test_frames_kept_as_rows_or_serialized_give_the_same_results(
     only the time: the same anomalies, counts, statistics and errors either way. The levels
     each analysis used are recorded, so the test fails if both took the same path. Both in the
     small-input mode these histories get and in the plans a large history gets (codegen,
-    adaptive execution, several partitions)."""
+    adaptive execution, several partitions). Three histories, judged as one batch each way."""
     from pyspark import StorageLevel
 
     import checker.analyze as analyze
@@ -218,20 +226,23 @@ def test_frames_kept_as_rows_or_serialized_give_the_same_results(
         return real_kept(df, level)
 
     monkeypatch.setattr(frames, "kept", recording)
-    run = make_run(case, tmp_path / "run")
+    cases = ["mixed-schema-commit", "lost-write", "index-orphan"]
+    runs = [make_run(case, tmp_path / case) for case in cases]
     seen = []
     for heap in (analyze.local_heap_bytes(spark), None):  # this session's heap, then unknown
         monkeypatch.setattr(analyze, "local_heap_bytes", lambda _s, h=heap: h)
         levels.clear()
         options = AnalyzeOptions(small_input_events=small_input_events)
-        results = analyze_run(run, spark=spark, options=options)
-        results["stats"].pop("analysis_s")
-        seen.append((results, {str(level) for level in levels}))
+        judged = analyze_runs(runs, spark=spark, options=options)
+        for results in judged:
+            results["stats"].pop("analysis_s")
+        seen.append((judged, {str(level) for level in levels}))
     (as_rows, rows_levels), (serialized, serialized_levels) = seen
     assert rows_levels == {str(StorageLevel.MEMORY_AND_DISK_DESER)}
     assert serialized_levels == {str(StorageLevel.MEMORY_AND_DISK)}
-    assert as_rows["valid"] is False and as_rows["stats"]["latency"]
-    assert serialized == as_rows
+    for case, rows, ser in zip(cases, as_rows, serialized, strict=True):
+        assert rows["valid"] is False and rows["stats"]["latency"], case
+        assert ser == rows, case
 
 
 def test_frames_are_kept_as_rows_only_in_a_known_heap_with_room() -> None:

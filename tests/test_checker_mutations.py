@@ -1,9 +1,12 @@
 """The analyzer never crashes on a run directory: valid histories and catalogs mutated within the
 contract (and a few steps outside it) always get a verdict, exit 0, 1 or 2, never 255.
 
-Each example is one real analysis on the session's one Spark session; MUTATION_EXAMPLES sets how
-many (40 in `make test`, 2.6 s each here and 4.6 s on CI's machine, where the suite must stay
-under 45 minutes; set it higher for a longer search, as before a release)."""
+MUTATION_EXAMPLES sets how many mutated run directories are judged (40 in `make test`, where the
+suite must stay under 45 minutes; set it higher for a longer search, as before a release). They
+are judged MUTATIONS_PER_BATCH at a time in one `analyze`, as a night of runs is: one real
+analysis a batch on the session's one Spark session (a lone run each took 2.6-3 s here, 4.6 s
+on CI's machine). A crash anywhere fails the batch, and Hypothesis shrinks the batch to the
+run that crashed."""
 
 from __future__ import annotations
 
@@ -19,11 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from checker.analyze import AnalyzeOptions, analyze_run, exit_code
+from checker.analyze import AnalyzeOptions, analyze_runs, exit_code
 from tests.runbuilder import common_catalog, complete_events, hlc, write_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
 EXAMPLES = int(os.environ.get("MUTATION_EXAMPLES", "40"))
+MUTATIONS_PER_BATCH = 10
+BATCHES = max(1, -(-EXAMPLES // MUTATIONS_PER_BATCH))
 OPTIONS = AnalyzeOptions(with_stats=True)
 HUGE = (1 << 70) + 3
 NAMES = st.sampled_from(["t1", "τ表", "t 1", "", "t1\u0000x", "DROP TABLE t1; --"])
@@ -191,35 +196,44 @@ def history_mutation(draw: st.DrawFn, events: list[dict[str, Any]]) -> list[dict
     return out
 
 
+@st.composite
+def mutated_run(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """A mutated catalog and history of the common run, and its clock."""
+    catalog = draw(catalog_mutation(common_catalog()), label="catalog")
+    events = draw(history_mutation(complete_events()), label="history")
+    return catalog, events, draw(st.sampled_from(["hlc", "none"]), label="clock")
+
+
 @pytest.mark.spark
-@pytest.mark.timeout(max(600, EXAMPLES * 20))  # real analyses, 2-5 s each
+@pytest.mark.timeout(max(600, EXAMPLES * 20))  # real analyses, 2-5 s a run alone
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=BATCHES,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(data=st.data())
+@given(runs=st.lists(mutated_run(), min_size=MUTATIONS_PER_BATCH, max_size=MUTATIONS_PER_BATCH))
 def test_any_mutated_run_directory_gets_a_verdict(
     spark: SparkSession,  # noqa: F811
-    data: st.DataObject,
+    runs: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]],
 ) -> None:
-    catalog = data.draw(catalog_mutation(common_catalog()), label="catalog")
-    events = data.draw(history_mutation(complete_events()), label="history")
-    clock = data.draw(st.sampled_from(["hlc", "none"]), label="clock")
+    base = json.loads((Path(__file__).parent / "histories/common/run.json").read_text())
     with tempfile.TemporaryDirectory(prefix="mutated-") as tmp:
-        run = json.loads((Path(__file__).parent / "histories/common/run.json").read_text())
-        run["clock"] = clock
-        dest = write_run(Path(tmp) / "run", events, catalog=catalog, run=run)
-        results = analyze_run(dest, spark=spark, options=OPTIONS)
-    assert exit_code(results) in (0, 1, 2)
-    assert results["valid"] in (True, False, "unknown")
-    if results["valid"] is True and _written_tables_at_the_end(events, catalog):
-        # validity needs the complete history's final reads and every invoke completed (a
-        # written table dropped by the end cannot be read, and needs none)
-        assert any(e.get("f") == "final-read" for e in events)
-    if results["valid"] == "unknown":
-        assert results["errors"], "an unknown verdict says why"
+        dirs = [
+            write_run(Path(tmp) / f"run-{i}", events, catalog=catalog, run={**base, "clock": clock})
+            for i, (catalog, events, clock) in enumerate(runs)
+        ]
+        judged = analyze_runs(dirs, spark=spark, options=OPTIONS)
+    assert len(judged) == len(runs)
+    for (catalog, events, _), results in zip(runs, judged, strict=True):
+        assert exit_code(results) in (0, 1, 2)
+        assert results["valid"] in (True, False, "unknown")
+        if results["valid"] is True and _written_tables_at_the_end(events, catalog):
+            # validity needs the complete history's final reads and every invoke completed (a
+            # written table dropped by the end cannot be read, and needs none)
+            assert any(e.get("f") == "final-read" for e in events)
+        if results["valid"] == "unknown":
+            assert results["errors"], "an unknown verdict says why"
 
 
 def _written_tables_at_the_end(events: list[Any], catalog: list[Any]) -> bool:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from checker.analyze import AnalyzeOptions, analyze_run
+from checker.analyze import AnalyzeOptions, analyze_run, analyze_runs
 from checker.contract import validator
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import FAULTS, expected_classes, generate_run
@@ -54,16 +55,26 @@ def test_correct_model_is_valid_and_each_fault_gives_its_class(
     assert results["valid"] is (fault is None)
 
 
+@pytest.fixture(scope="module")
+def each_fault(
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession,  # noqa: F811
+) -> dict[str, dict[str, Any]]:
+    """One synthetic run per fault class, judged together in one `analyze` (as a night of runs
+    is; each run gets what it gets alone, tests/test_checker_batch.py): each fault's results."""
+    root = tmp_path_factory.mktemp("each-fault")
+    dirs = [root / fault for fault in FAULTS]
+    for d, fault in zip(dirs, FAULTS, strict=True):
+        generate_run(d, seed=11, events=250, fault=fault)
+    return dict(zip(FAULTS, analyze_runs(dirs, spark=spark, options=FAST), strict=True))
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("fault", FAULTS)
-def test_every_fault_class_once(
-    tmp_path: Path,
-    spark: SparkSession,  # noqa: F811
-    fault: str,
-) -> None:
-    generate_run(tmp_path, seed=11, events=250, fault=fault)
-    results = analyze_run(tmp_path, spark=spark, options=FAST)
+def test_every_fault_class_once(fault: str, each_fault: dict[str, dict[str, Any]]) -> None:
+    results = each_fault[fault]
     assert {a["class"] for a in results["anomalies"]} == expected_classes(fault)
+    assert results["valid"] is False
 
 
 @pytest.mark.spark

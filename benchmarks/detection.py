@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -436,9 +436,11 @@ def run_matrix(
     log: Any = print,
     backend: str = "docker",
 ) -> list[Outcome]:
-    """Cluster parts (docker or sim runs) in `parallel` worker processes; each run analyzed in
-    one Spark session as soon as its cluster part ends. Outcomes in the order of `todo`."""
-    from checker.analyze import AnalyzeOptions, analyze_run
+    """Cluster parts (docker or sim runs) in `parallel` worker processes; the runs analyzed in
+    one Spark session while the others go on: whenever the analysis is free, every run ended
+    since is judged in one `analyze` (a batch is judged in one plan, and each run gets what it
+    gets alone). Outcomes in the order of `todo`."""
+    from checker.analyze import AnalyzeOptions, analyze_runs
     from checker.session import build_session
 
     run: Callable[[RunOptions], Any] = run_test
@@ -452,31 +454,48 @@ def run_matrix(
     t0 = time.monotonic()
     outcomes: dict[int, Outcome] = {}
     try:
-        # each run is analyzed as soon as its cluster part ends, while the others still run
         with ProcessPoolExecutor(max_workers=parallel, mp_context=get_context("spawn")) as pool:
-            futures = {
+            pending = {
                 pool.submit(run, scenario_options(c, store, time_limit_s, backend=backend)): n
                 for n, c in enumerate(todo)
             }
-            for future in as_completed(futures):
-                n = futures[future]
-                case, run_dir = todo[n], Path(future.result().run_dir)
+            while pending:
+                wait(pending, return_when=FIRST_COMPLETED)
+                ended = [f for f in pending if f.done()]
+                ready = sorted((pending.pop(f), Path(f.result().run_dir)) for f in ended)
                 t1 = time.monotonic()
                 # statistics only where the verdict needs them (liveness): they cost time
-                opts = AnalyzeOptions(with_stats=UNAVAILABILITY in case.expect)
-                results = analyze_run(run_dir, spark=session, options=opts)
-                outcome = judge(case, run_dir, results)
-                log(
-                    f"{case.label:28} seed {case.seed} valid={outcome.valid!s:7} "
-                    f"classes={','.join(outcome.classes) or '-'} passed={outcome.passed} "
-                    f"first={outcome.first_witness_s} ({time.monotonic() - t1:.0f} s analysis,"
-                    f" {time.monotonic() - t0:.0f} s so far) {run_dir}" + _restarts_note(outcome)
-                )
-                outcomes[n] = outcome
+                for with_stats in (False, True):
+                    part = [
+                        (n, d) for n, d in ready if (UNAVAILABILITY in todo[n].expect) == with_stats
+                    ]
+                    if not part:
+                        continue
+                    judged = analyze_runs(
+                        [d for _, d in part],
+                        spark=session,
+                        options=AnalyzeOptions(with_stats=with_stats),
+                    )
+                    for (n, run_dir), results in zip(part, judged, strict=True):
+                        outcomes[n] = _logged(
+                            judge(todo[n], run_dir, results), run_dir, t0, t1, len(ready), log
+                        )
     finally:
         if owned:
             session.stop()
     return [outcomes[n] for n in sorted(outcomes)]
+
+
+def _logged(outcome: Outcome, run_dir: Path, t0: float, t1: float, batch: int, log: Any) -> Outcome:
+    """`outcome`, after a line of the log on it (its batch's analysis time since `t1`)."""
+    case = outcome.case
+    log(
+        f"{case.label:28} seed {case.seed} valid={outcome.valid!s:7} "
+        f"classes={','.join(outcome.classes) or '-'} passed={outcome.passed} "
+        f"first={outcome.first_witness_s} ({time.monotonic() - t1:.0f} s analysis of "
+        f"{batch} run(s), {time.monotonic() - t0:.0f} s so far) {run_dir}" + _restarts_note(outcome)
+    )
+    return outcome
 
 
 def _restarts_note(outcome: Outcome) -> str:

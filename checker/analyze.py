@@ -126,9 +126,11 @@ def analyze_runs(
 
     The runs are judged together, in one plan per batch partitioned by run (`batches`): every
     step of a check runs once for all of them, where one plan per run paid each step's fixed
-    cost once per run. Each run gets what it gets judged alone."""
+    cost once per run. Each run gets what it gets judged alone. A crash of the checker (a bug,
+    never a verdict) is raised once every other run's results.json is written."""
     started = time.monotonic()
     results: dict[int, dict[str, Any]] = {}
+    crashes: list[Exception] = []
     readable: list[_Readable] = []
     for i, d in enumerate(run_dirs):
         try:  # the small files first: a broken run directory needs no Spark at all
@@ -148,15 +150,41 @@ def analyze_runs(
         )
         try:
             for batch in batches(readable):
-                results.update(_analyze(session, batch, options))
+                results.update(_judged_or_isolated(session, batch, options, crashes))
         finally:
             if owned:
                 session.stop()
     for i, d in enumerate(run_dirs):
-        if options.write_results and Path(d).is_dir():
+        if options.write_results and i in results and Path(d).is_dir():
             text = json.dumps(results[i], indent=2, default=str) + "\n"
             (Path(d) / "results.json").write_text(text)
+    if crashes:  # every run that could be judged has its results.json; the crash still shows
+        raise crashes[0]
     return [results[i] for i in range(len(run_dirs))]
+
+
+def _judged_or_isolated(
+    spark: SparkSession,
+    batch: Sequence[_Readable],
+    options: AnalyzeOptions,
+    crashes: list[Exception],
+) -> dict[int, dict[str, Any]]:
+    """`batch` judged in one plan; if that crashes, each of its runs judged alone, so that one
+    run the checker cannot judge costs a night of runs only its own verdict. Every crash is
+    added to `crashes`, the batch's first: a crash that only the batch shows is still a bug."""
+    try:
+        return _analyze(spark, batch, options)
+    except Exception as e:
+        if len(batch) == 1:
+            e.add_note(f"while judging {batch[0].dir}")
+            crashes.append(e)
+            return {}
+        e.add_note(f"while judging a batch of {len(batch)} runs; judged again one at a time")
+        crashes.append(e)
+    out: dict[int, dict[str, Any]] = {}
+    for r in batch:
+        out.update(_judged_or_isolated(spark, [r], options, crashes))
+    return out
 
 
 @dataclass(frozen=True)

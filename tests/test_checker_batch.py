@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from checker.analyze import CHECKS, CheckSpec, analyze_run, analyze_runs, rename_column_compatible
+from checker.analyze import (
+    CHECKS,
+    AnalyzeOptions,
+    CheckSpec,
+    analyze_run,
+    analyze_runs,
+    rename_column_compatible,
+)
 from checker.catalog_index import RUN, CatalogIndex, RunCatalog
 from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release
@@ -177,3 +184,51 @@ def test_a_run_whose_history_breaks_the_contract_leaves_its_catalog_out_of_the_v
     assert {a["class"] for a in together[0]["anomalies"]} == {"activation-order"}
     assert together[1]["valid"] == "unknown" and together[1]["anomalies"] == []
     assert any("history.jsonl line 2" in e for e in together[1]["errors"]), together[1]["errors"]
+
+
+@pytest.mark.spark
+def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checker crashing on one run (a bug: lost-write made to raise here, standing in for
+    one not yet known) leaves every other run of the batch its results.json, as judged alone,
+    and the crash is still raised (exit 255); a crash that only the batch's plan shows leaves
+    every run its verdict, and is raised too."""
+    import checker.analyze as analyze
+
+    cases = ["ap-violation", "lost-write", "index-orphan"]
+    fast = AnalyzeOptions(with_stats=False)
+    alone = [
+        analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=fast) for c in cases
+    ]
+
+    def crashing_on(crashes: Callable[[RunFrames], bool]) -> CheckSpec:
+        real = next(c for c in CHECKS if c.name == "lost-write")
+
+        def check(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+            if crashes(frames):
+                raise RuntimeError("a check crashed")
+            return real.check(frames, cat)
+
+        return CheckSpec(real.name, check, real.needs_clock)
+
+    for name, crashes, judged in (
+        ("one-run", lambda f: 1 in f.runs, [0, 2]),
+        ("batch-only", lambda f: len(f.runs) > 1, [0, 1, 2]),
+    ):
+        spec = crashing_on(crashes)
+        monkeypatch.setattr(
+            analyze, "CHECKS", tuple(spec if c.name == spec.name else c for c in CHECKS)
+        )
+        runs = [make_run(c, tmp_path / name / c) for c in cases]
+        with pytest.raises(RuntimeError, match="a check crashed") as raised:
+            analyze_runs(runs, spark=spark, options=fast)
+        assert any("judged again one at a time" in n for n in raised.value.__notes__)
+        for i, run in enumerate(runs):
+            written = run / "results.json"
+            if i in judged:
+                assert without_time(json.loads(written.read_text())) == without_time(alone[i])
+            else:
+                assert not written.exists(), name

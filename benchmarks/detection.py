@@ -463,7 +463,6 @@ def run_matrix(
                 wait(pending, return_when=FIRST_COMPLETED)
                 ended = [f for f in pending if f.done()]
                 ready = sorted((pending.pop(f), Path(f.result().run_dir)) for f in ended)
-                t1 = time.monotonic()
                 # statistics only where the verdict needs them (liveness): they cost time
                 for with_stats in (False, True):
                     part = [
@@ -471,6 +470,7 @@ def run_matrix(
                     ]
                     if not part:
                         continue
+                    t1 = time.monotonic()
                     judged = analyze_runs(
                         [d for _, d in part],
                         spark=session,
@@ -478,7 +478,7 @@ def run_matrix(
                     )
                     for (n, run_dir), results in zip(part, judged, strict=True):
                         outcomes[n] = _logged(
-                            judge(todo[n], run_dir, results), run_dir, t0, t1, len(ready), log
+                            judge(todo[n], run_dir, results), run_dir, t0, t1, len(part), log
                         )
     finally:
         if owned:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -175,15 +176,22 @@ def _judged_or_isolated(
     try:
         return _analyze(spark, batch, options)
     except Exception as e:
+        # the failed plan's frames (local checkpoints) are not held through the retries
+        traceback.clear_frames(e.__traceback__)
         if len(batch) == 1:
             e.add_note(f"while judging {batch[0].dir}")
             crashes.append(e)
             return {}
         e.add_note(f"while judging a batch of {len(batch)} runs; judged again one at a time")
         crashes.append(e)
+    first = len(crashes) - 1
     out: dict[int, dict[str, Any]] = {}
     for r in batch:
         out.update(_judged_or_isolated(spark, [r], options, crashes))
+    for alone in crashes[first + 1 :]:  # the raised crash names every run that crashed alone
+        crashes[first].add_note(f"{alone.__notes__[-1]}, alone: {type(alone).__name__}: {alone}")
+    if len(crashes) == first + 1:
+        crashes[first].add_note("every run of the batch was judged alone: a bug of the batch")
     return out
 
 
@@ -301,21 +309,25 @@ def _analyze(
     runs = tuple(r.run for r in judged)
     total = sum(v.count for v in ingested.runs.values())
     restore = _small_input_mode(spark, total, options.small_input_events)
-    events = ingested.events
-    # one partition for a small batch: a single-partition input satisfies every join's and
-    # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
-    events = events.coalesce(1) if restore else events
-    frames = build_frames(
-        events, cat, as_rows=kept_as_rows(total, local_heap_bytes(spark)), runs=runs
-    )
-    try:
-        frames = with_facts(frames, cat.clock_free)
-        errors = {r.run: _errors(frames, cat, r.run, ingested.runs[r.run]) for r in judged}
-        not_applicable = {r.run: _not_applicable(r) for r in judged}
-        applicable = [c for c in CHECKS if any(c.name not in n for n in not_applicable.values())]
-        found = _judge(frames, cat, applicable, {r.run: r.meta for r in judged}, options)
+    try:  # the session's settings come back whatever fails (a batch may be judged again)
+        events = ingested.events
+        # one partition for a small batch: a single-partition input satisfies every join's and
+        # window's distribution, so no shuffle is planned (133 stages -> 56 on a 60-event run)
+        events = events.coalesce(1) if restore else events
+        frames = build_frames(
+            events, cat, as_rows=kept_as_rows(total, local_heap_bytes(spark)), runs=runs
+        )
+        try:
+            frames = with_facts(frames, cat.clock_free)
+            errors = {r.run: _errors(frames, cat, r.run, ingested.runs[r.run]) for r in judged}
+            not_applicable = {r.run: _not_applicable(r) for r in judged}
+            applicable = [
+                c for c in CHECKS if any(c.name not in n for n in not_applicable.values())
+            ]
+            found = _judge(frames, cat, applicable, {r.run: r.meta for r in judged}, options)
+        finally:
+            release(frames)
     finally:
-        release(frames)
         for key, value in restore.items():
             if value is None:
                 spark.conf.unset(key)

@@ -20,7 +20,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from checker.analyze import (
     CHECKS,
-    AnalyzeOptions,
     CheckSpec,
     analyze_run,
     analyze_runs,
@@ -33,7 +32,7 @@ from checker.ingest import ingest_histories
 from checker.run_facts import with_facts
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
-from tests.test_checker_classes import HISTORIES, make_run
+from tests.test_checker_classes import FAST, HISTORIES, make_run
 from tests.test_checker_clock_none import clock_none
 
 
@@ -199,9 +198,8 @@ def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
     import checker.analyze as analyze
 
     cases = ["ap-violation", "lost-write", "index-orphan"]
-    fast = AnalyzeOptions(with_stats=False)
     alone = [
-        analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=fast) for c in cases
+        analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=FAST) for c in cases
     ]
 
     def crashing_on(crashes: Callable[[RunFrames], bool]) -> CheckSpec:
@@ -224,7 +222,7 @@ def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
         )
         runs = [make_run(c, tmp_path / name / c) for c in cases]
         with pytest.raises(RuntimeError, match="a check crashed") as raised:
-            analyze_runs(runs, spark=spark, options=fast)
+            analyze_runs(runs, spark=spark, options=FAST)
         notes = raised.value.__notes__
         assert any("judged again one at a time" in n for n in notes), notes
         if name == "one-run":  # the run that crashed alone is named

@@ -28,6 +28,7 @@ from pydantic import (
     ValidationError,
 )
 
+from harness.exit_codes import EXIT_CRASH
 from harness.options import RunOptions
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
@@ -266,7 +267,8 @@ Runner = Callable[[NightlyCell, Path], RunOutcomeLike]
 
 @dataclass(frozen=True)
 class NightlyResult:
-    """The night's gate: exit_code 0 all cells as expected, 1 a mismatch, 2 an unknown."""
+    """The night's gate: exit_code 0 all cells as expected, 1 a mismatch, 2 an unknown, 255 the
+    checker crashed (whatever verdicts it left)."""
 
     exit_code: int
     summary_dir: Path
@@ -317,33 +319,47 @@ def harness_runner(backend: str | None = None, analyze: bool = True) -> Runner:
     return run_cell
 
 
-def judge_together(outcomes: Sequence[CellOutcome], spark_master: str) -> list[CellOutcome]:
+def judge_together(
+    outcomes: Sequence[CellOutcome], spark_master: str
+) -> tuple[list[CellOutcome], str | None]:
     """Every cell that ran to its end but was not analyzed, judged in one Spark application
     (one JVM start for the night, not one a cell), then its report; a cell's exit code
-    becomes its verdict's. Cells that crashed or ended unknown keep what they had."""
+    becomes its verdict's. Cells that crashed or ended unknown keep what they had.
+
+    A crash of the checker costs the night only the verdicts it took: every run it judged
+    has its results.json (`analyze_runs` writes them before raising), and a cell left
+    without one is unknown, its error the crash. The crash is returned, for the summary."""
     waiting = [
         o
         for o in outcomes
         if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / "results.json").exists()
     ]
     if not waiting:
-        return list(outcomes)
+        return list(outcomes), None
     # imported here: pyspark and matplotlib load only for a night that has runs to judge
     from checker.analyze import analyze_runs, exit_code
     from reports.render import render_report
 
-    results = analyze_runs([Path(str(o.run_dir)) for o in waiting], spark_master=spark_master)
-    judged: dict[str, int] = {}
-    for outcome, result in zip(waiting, results, strict=True):
-        judged[str(outcome.run_dir)] = int(exit_code(result))
+    crash: str | None = None
+    try:
+        analyze_runs([Path(str(o.run_dir)) for o in waiting], spark_master=spark_master)
+    except Exception as e:  # a bug of the checker: the summary shows it, the night goes on
+        log.exception("the checker crashed judging the night's runs")
+        crash = "".join(traceback.format_exception_only(e)).strip()
+    judged: dict[str, CellOutcome] = {}
+    for outcome in waiting:
+        run_dir = Path(str(outcome.run_dir))
+        results = read_json(run_dir / "results.json")
+        if not isinstance(results, dict):
+            error = f"the checker crashed and left no results.json: {crash}"
+            judged[str(run_dir)] = replace(outcome, exit_code=EXIT_CRASH, error=error)
+            continue
+        judged[str(run_dir)] = replace(outcome, exit_code=exit_code(results))
         try:
-            render_report(Path(str(outcome.run_dir)))
+            render_report(run_dir)
         except Exception as e:  # a report that fails must not lose the night's verdicts
-            log.error("report of %s failed: %s", outcome.run_dir, e)
-    return [
-        replace(o, exit_code=judged[str(o.run_dir)]) if str(o.run_dir) in judged else o
-        for o in outcomes
-    ]
+            log.error("report of %s failed: %s", run_dir, e)
+    return [judged.get(str(o.run_dir), o) for o in outcomes], crash
 
 
 def run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list[CellOutcome]:
@@ -408,7 +424,8 @@ def run_nightly(
         out_dir = store / "nightly" / f"{night}-{n}"
     out_dir.mkdir(parents=True)
     outcomes = run_cells(matrix.cells(), store, runner or harness_runner(backend))
+    crash = None
     if judge_together_after:
-        outcomes = judge_together(outcomes, spark_master)
-    code, summary = write_summary(out_dir, outcomes, spark_master)
+        outcomes, crash = judge_together(outcomes, spark_master)
+    code, summary = write_summary(out_dir, outcomes, spark_master, checker_crash=crash)
     return NightlyResult(code, out_dir, tuple(outcomes), summary)

@@ -26,6 +26,7 @@ from reports.templating import render
 
 PREVIOUS_NIGHTS = 14  # nights before this one whose runs join the trends
 EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN = 0, 1, 2
+EXIT_CRASH = 255  # the checker crashed: a bug of the tool, whatever verdicts it left
 
 
 @dataclass(frozen=True)
@@ -387,7 +388,10 @@ def _summary_html(
         "nightly.html",
         night=summary["night"],
         exit_code=exit_code,
-        verdict={EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}[exit_code],
+        verdict={EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}.get(
+            exit_code, "CHECKER CRASHED"
+        ),
+        checker_crash=summary.get("checker_crash"),
         detection=detection,
         plots=[(t, base64.b64encode(p.read_bytes()).decode()) for t, p in plots],
         runs=runs,
@@ -415,10 +419,15 @@ def _spark_session(master: str) -> Any:
 
 
 def write_summary(
-    out_dir: Path, outcomes: Sequence[CellOutcome], spark_master: str = "local[2]"
+    out_dir: Path,
+    outcomes: Sequence[CellOutcome],
+    spark_master: str = "local[2]",
+    checker_crash: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """cells.json, summary.json, trend plots and summary.html of the night in out_dir (under
-    `<store>/nightly/`, beside the previous nights); the gate's exit code and the summary."""
+    `<store>/nightly/`, beside the previous nights); the gate's exit code and the summary.
+    `checker_crash`: the checker crashed judging the night's runs (the cells keep what verdicts
+    it wrote); the night exits 255, as `analyze` of the same runs would."""
     (out_dir / "cells.json").write_text(
         json.dumps([asdict(o) for o in outcomes], indent=1), encoding="utf-8"
     )
@@ -435,7 +444,9 @@ def write_summary(
         code = EXIT_UNKNOWN
     else:
         code = EXIT_OK
-    summary = {**summary, "exit_code": code}
+    if checker_crash is not None:
+        code = EXIT_CRASH
+    summary = {**summary, "exit_code": code, "checker_crash": checker_crash}
     tmp = out_dir / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, out_dir / "summary.json")

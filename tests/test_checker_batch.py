@@ -185,6 +185,21 @@ def test_a_run_whose_history_breaks_the_contract_leaves_its_catalog_out_of_the_v
     assert any("history.jsonl line 2" in e for e in together[1]["errors"]), together[1]["errors"]
 
 
+def checks_crashing_on(crashes: Callable[[RunFrames], bool]) -> tuple[CheckSpec, ...]:
+    """The checks, lost-write made to raise "a check crashed" where `crashes(frames)`: a bug
+    of the checker not yet known, for the tests of what a crash costs (`frames.runs` are the
+    places in the batch of the runs being judged)."""
+    real = next(c for c in CHECKS if c.name == "lost-write")
+
+    def check(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
+        if crashes(frames):
+            raise RuntimeError("a check crashed")
+        return real.check(frames, cat)
+
+    spec = CheckSpec(real.name, check, real.needs_clock)
+    return tuple(spec if c.name == spec.name else c for c in CHECKS)
+
+
 @pytest.mark.spark
 def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
     tmp_path: Path,
@@ -202,24 +217,11 @@ def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
         analyze_run(make_run(c, tmp_path / "alone" / c), spark=spark, options=FAST) for c in cases
     ]
 
-    def crashing_on(crashes: Callable[[RunFrames], bool]) -> CheckSpec:
-        real = next(c for c in CHECKS if c.name == "lost-write")
-
-        def check(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-            if crashes(frames):
-                raise RuntimeError("a check crashed")
-            return real.check(frames, cat)
-
-        return CheckSpec(real.name, check, real.needs_clock)
-
     for name, crashes, judged in (
         ("one-run", lambda f: 1 in f.runs, [0, 2]),
         ("batch-only", lambda f: len(f.runs) > 1, [0, 1, 2]),
     ):
-        spec = crashing_on(crashes)
-        monkeypatch.setattr(
-            analyze, "CHECKS", tuple(spec if c.name == spec.name else c for c in CHECKS)
-        )
+        monkeypatch.setattr(analyze, "CHECKS", checks_crashing_on(crashes))
         runs = [make_run(c, tmp_path / name / c) for c in cases]
         with pytest.raises(RuntimeError, match="a check crashed") as raised:
             analyze_runs(runs, spark=spark, options=FAST)

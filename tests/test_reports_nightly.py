@@ -13,6 +13,7 @@ import pytest
 from harness.cli import main
 from harness.nightly import NightlyCell, load_matrix, run_nightly
 from reports.rundata import load_run
+from tests.test_checker_batch import checks_crashing_on
 from tests.test_reports_fixture import write_anomalous_run, write_results
 
 MATRIX = """
@@ -87,6 +88,45 @@ def test_a_night_is_judged_together_after_its_cells(tmp_path: Path) -> None:
         assert results["valid"] is False and results["anomalies"]
         assert (run_dir / "report.html").is_file()
     assert int(result) == 1
+
+
+@pytest.mark.spark
+def test_a_checker_crash_costs_the_night_only_the_verdicts_it_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checker crashing on one run of the night (lost-write made to raise there, standing
+    in for a bug not yet known) leaves that cell unknown, its error the crash, and every other
+    cell its verdict and report; the summary is still written, shows the crash and exits 255.
+    A crash only the night's batch shows leaves every cell its verdict, and exits 255 too."""
+    import checker.analyze as analyze
+
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text('seeds = [1, 2]\n[[scenario]]\nname = "baseline"\n')
+    for name, crashes, unjudged in (
+        ("one-run", lambda f: 1 in f.runs, {1}),
+        ("batch-only", lambda f: len(f.runs) > 1, set()),
+    ):
+        monkeypatch.setattr(analyze, "CHECKS", checks_crashing_on(crashes))
+        store = tmp_path / name
+        result = run_nightly(
+            matrix, store, unanalyzed_runner, spark_master="local[1]", judge_together_after=True
+        )
+        assert int(result) == 255, name
+        for i, outcome in enumerate(result.outcomes):
+            run_dir = Path(str(outcome.run_dir))
+            if i in unjudged:
+                assert outcome.exit_code == 255 and "a check crashed" in (outcome.error or "")
+                assert not (run_dir / "results.json").exists()
+            else:  # the learner-partition run: anomalies, as the checker judges it alone
+                assert outcome.exit_code == 1 and outcome.error is None, name
+                assert json.loads((run_dir / "results.json").read_text())["valid"] is False
+                assert (run_dir / "report.html").is_file()
+        summary = json.loads((result.summary_dir / "summary.json").read_text())
+        assert summary["exit_code"] == 255 and "a check crashed" in summary["checker_crash"]
+        judgements = [r["judgement"] for r in summary["runs"]]
+        assert judgements.count("unknown") == len(unjudged), judgements
+        page = (result.summary_dir / "summary.html").read_text()
+        assert 'id="checker-crash"' in page and "a check crashed" in page, name
 
 
 def test_matrix_cells() -> None:

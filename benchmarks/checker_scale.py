@@ -17,6 +17,7 @@ driver's peak heap over both analyses of a size (not the bare scans) is printed 
 (local mode: the executors' heap too).
 
     python benchmarks/checker_scale.py --ratios RUN_DIR [--spark-remote sc://HOST:15002|local[2]]
+        [--floors]
 
 prints issue 20's ratios, one measurement each, every cold one in a fresh process (a JVM start
 included): a cold `python -m checker` of RUN_DIR (a real run of ~10^4 events) against a bare
@@ -24,7 +25,9 @@ session start + JSON read + count of its history; the same run through a warm Sp
 session (the median of the later half of --warm-rounds analyses); 20 copies of it in one
 `analyze_runs` (one plan for the batch, partitioned by run) against one cold; and a synthetic
 foreign JSONL of --foreign-events (10^6) analyzed cold against a bare inferred JSON scan +
-count.
+count. With --floors each ratio is followed by its floor: the same analysis with no check and
+no statistics (the history read and validated, the frames, the facts, the verdict's
+preconditions), and, warm, an action's round trip through the same session.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from checker.analyze import analyze_run
+from checker.analyze import AnalyzeOptions, analyze_run
 from checker.ingest import PARQUET_DIR
 from checker.session import build_session, connect_session
 from tests.synth import generate_run
@@ -182,6 +185,13 @@ ANALYZE = (
     "import sys; from pathlib import Path; from checker.analyze import analyze_runs; "
     "analyze_runs([Path(p) for p in sys.argv[2:]], sys.argv[1])"
 )
+# the floor of an analysis: the history read and validated, the frames, the facts and the
+# verdict's preconditions, with no check and no statistics (what every check builds on)
+ANALYZE_FLOOR = (
+    "import sys; from pathlib import Path; from checker.analyze import AnalyzeOptions, "
+    "analyze_runs; analyze_runs([Path(p) for p in sys.argv[2:]], sys.argv[1], options="
+    "AnalyzeOptions(checks=frozenset(), with_stats=False, write_results=False))"
+)
 BARE = (
     "import sys; from checker.session import build_session; s = build_session(sys.argv[1]); "
     "s.read.json(sys.argv[2]).count(); s.stop()"
@@ -199,14 +209,61 @@ def _fresh(run: Path, dest: Path) -> Path:
     return dest
 
 
+def _warm_rounds(
+    spark: SparkSession, run: Path, work: Path, rounds: int, options: AnalyzeOptions
+) -> list[float]:
+    """Wall seconds of `rounds` analyses of fresh copies of `run` in `spark`, in turn."""
+    times = []
+    for _ in range(rounds):
+        warm = _fresh(run, work / "warm")  # the copy is not timed
+        start = time.monotonic()
+        analyze_run(warm, spark=spark, options=options)
+        times.append(time.monotonic() - start)
+    return times
+
+
+def _print_warm_floors(spark: SparkSession, run: Path, work: Path, rounds: int) -> None:
+    """What a warm analysis pays before its first check, in the same warm session: an action's
+    round trip, and the analysis with no check and no statistics (the history read and
+    validated, the frames, the facts, completeness). Medians of the later half of the rounds;
+    the checks and statistics cost the rest of the warm figure."""
+    trips = []
+    for _ in range(rounds):
+        start = time.monotonic()
+        spark.range(1).collect()
+        trips.append(time.monotonic() - start)
+    bare = AnalyzeOptions(checks=frozenset(), with_stats=False, write_results=False)
+    floor = _warm_rounds(spark, run, work, rounds, bare)
+    print(f"warm floors: an action's round trip {statistics.median(trips[rounds // 2 :]):.3f} s; "
+          f"the analysis without checks or statistics {statistics.median(floor[rounds // 2 :]):.2f}"
+          " s", flush=True)  # fmt: skip
+
+
+def _print_floor(floors: bool, what: str, dirs: list[str], master: str, against: float) -> None:
+    """With --floors, the cold analysis of `dirs` with no check and no statistics, in a fresh
+    process, as a multiple of `against` (the target's denominator)."""
+    if floors:
+        floor = _timed(ANALYZE_FLOOR, master, *dirs)
+        print(f"  floor of {what}: no check, no statistics {floor:.1f} s = {floor / against:.2f}x",
+              flush=True)  # fmt: skip
+
+
 def ratios(
-    run: Path, work: Path, master: str, remote: str | None, foreign: int, warm_rounds: int
+    run: Path,
+    work: Path,
+    master: str,
+    remote: str | None,
+    foreign: int,
+    warm_rounds: int,
+    floors: bool = False,
 ) -> None:
+    """Issue 20's ratios; with `floors`, each followed by its floor (docs/checker-speed.md)."""
     work.mkdir(parents=True, exist_ok=True)
     cold = _timed(ANALYZE, master, str(_fresh(run, work / "cold")))
     bare = _timed(BARE, master, str(run / "history.jsonl"))
     print(f"cold analyze {cold:.1f} s / bare session+read+count {bare:.1f} s = {cold / bare:.2f}x"
           " (target <= 1.5x; both map the class archive if made)", flush=True)  # fmt: skip
+    _print_floor(floors, "the cold analysis", [str(_fresh(run, work / "cold"))], master, bare)
     unarchived = _timed(BARE_UNARCHIVED, master, str(run / "history.jsonl"))
     print(f"cold analyze {cold:.1f} s / bare without the class archive {unarchived:.1f} s = "
           f"{cold / unarchived:.2f}x", flush=True)  # fmt: skip
@@ -214,21 +271,20 @@ def ratios(
         # A server's JIT keeps compiling for some 25 analyses (docs/checker-speed.md): the
         # first half of the rounds warm it, the median of the second half is the figure.
         spark = connect_session(remote, shuffle_partitions=2)
-        times = []
-        for _ in range(warm_rounds):
-            warm = _fresh(run, work / "warm")  # the copy is not timed
-            start = time.monotonic()
-            analyze_run(warm, spark=spark)
-            times.append(time.monotonic() - start)
-        spark.stop()
+        times = _warm_rounds(spark, run, work, warm_rounds, AnalyzeOptions())
         later = times[warm_rounds // 2 :]
         print(f"warm through Spark Connect ({remote}): {times[0]:.1f} s the first time, median "
               f"{statistics.median(later):.2f} s of analyses {warm_rounds // 2 + 1}-{warm_rounds}"
               " (target <= 2 s)", flush=True)  # fmt: skip
+        if floors:
+            _print_warm_floors(spark, run, work, warm_rounds)
+        spark.stop()
     copies = [str(_fresh(run, work / f"batch-{i:02d}")) for i in range(20)]
     batch = _timed(ANALYZE, master, *copies)
     print(f"batch of 20 {batch:.1f} s / one cold {cold:.1f} s = {batch / cold:.2f}x"
           " (target <= 3x)", flush=True)  # fmt: skip
+    copies = [str(_fresh(run, work / f"batch-{i:02d}")) for i in range(20)]
+    _print_floor(floors, "the batch", copies, master, cold)
     if foreign:
         synth = work / f"foreign-{foreign}"
         if not (synth / "history.jsonl").exists():
@@ -238,6 +294,8 @@ def ratios(
         scan = _timed(BARE, master, str(synth / "history.jsonl"))
         print(f"{foreign} foreign JSONL events: analyze {first:.1f} s / bare inferred scan+count"
               f" {scan:.1f} s = {first / scan:.2f}x (target <= 3x)", flush=True)  # fmt: skip
+        shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
+        _print_floor(floors, "the foreign JSONL", [str(synth)], master, scan)
 
 
 def main() -> None:
@@ -249,6 +307,11 @@ def main() -> None:
         help="sc://HOST:15002, or local[2] for a server pyspark starts, for the warm figure",
     )
     parser.add_argument("--warm-rounds", type=int, default=12, help="analyses through Connect")
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="after each ratio, the same analysis with no check and no statistics",
+    )
     parser.add_argument("--foreign-events", type=int, default=1_000_000)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/checker-bench"))
@@ -262,7 +325,7 @@ def main() -> None:
         if args.warm_rounds < 2:
             parser.error("--warm-rounds: at least 2 (the first half warms the server)")
         ratios(args.ratios, args.dir / "ratios", args.master, args.spark_remote,
-               args.foreign_events, args.warm_rounds)  # fmt: skip
+               args.foreign_events, args.warm_rounds, args.floors)  # fmt: skip
         return
     spark = build_session(args.master, shuffle_partitions=8)
     rows: list[dict[str, Any]] = []

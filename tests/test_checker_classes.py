@@ -201,6 +201,25 @@ def test_the_checks_split_over_unions_give_what_one_union_gives(
 
 
 @pytest.mark.spark
+def test_only_the_checks_named_run_so_a_floor_measures_none(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """`AnalyzeOptions.checks` (benchmarks/checker_scale.py's floor) runs the checks it names
+    and no other: the case fires two classes, and naming one finds that one only, naming none
+    finds none (what the floor is measured without)."""
+    run = make_run("mixed-schema-commit", tmp_path / "run")
+    found = []
+    for checks in (None, frozenset({"ap-violation"}), frozenset()):
+        options = AnalyzeOptions(with_stats=False, write_results=False, checks=checks)
+        found.append(
+            {a["class"] for a in analyze_run(run, spark=spark, options=options)["anomalies"]}
+        )
+    assert found == [{"ap-violation", "mixed-schema-commit"}, {"ap-violation"}, set()]
+    assert not (run / "results.json").exists()
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize("small_input_events", [30_000, 0], ids=["small-input", "full-plans"])
 def test_frames_kept_as_rows_or_serialized_give_the_same_results(
     small_input_events: int,

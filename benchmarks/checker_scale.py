@@ -239,13 +239,12 @@ def _print_warm_floors(spark: SparkSession, run: Path, work: Path, rounds: int) 
           " s", flush=True)  # fmt: skip
 
 
-def _print_floor(floors: bool, what: str, dirs: list[str], master: str, against: float) -> None:
-    """With --floors, the cold analysis of `dirs` with no check and no statistics, in a fresh
-    process, as a multiple of `against` (the target's denominator)."""
-    if floors:
-        floor = _timed(ANALYZE_FLOOR, master, *dirs)
-        print(f"  floor of {what}: no check, no statistics {floor:.1f} s = {floor / against:.2f}x",
-              flush=True)  # fmt: skip
+def _print_floor(what: str, dirs: list[str], master: str, against: float) -> None:
+    """The cold analysis of `dirs` with no check and no statistics, in a fresh process, as a
+    multiple of `against` (the target's denominator)."""
+    floor = _timed(ANALYZE_FLOOR, master, *dirs)
+    print(f"  floor of {what}: no check, no statistics {floor:.1f} s = {floor / against:.2f}x",
+          flush=True)  # fmt: skip
 
 
 def ratios(
@@ -263,7 +262,8 @@ def ratios(
     bare = _timed(BARE, master, str(run / "history.jsonl"))
     print(f"cold analyze {cold:.1f} s / bare session+read+count {bare:.1f} s = {cold / bare:.2f}x"
           " (target <= 1.5x; both map the class archive if made)", flush=True)  # fmt: skip
-    _print_floor(floors, "the cold analysis", [str(_fresh(run, work / "cold"))], master, bare)
+    if floors:
+        _print_floor("the cold analysis", [str(_fresh(run, work / "cold"))], master, bare)
     unarchived = _timed(BARE_UNARCHIVED, master, str(run / "history.jsonl"))
     print(f"cold analyze {cold:.1f} s / bare without the class archive {unarchived:.1f} s = "
           f"{cold / unarchived:.2f}x", flush=True)  # fmt: skip
@@ -283,8 +283,9 @@ def ratios(
     batch = _timed(ANALYZE, master, *copies)
     print(f"batch of 20 {batch:.1f} s / one cold {cold:.1f} s = {batch / cold:.2f}x"
           " (target <= 3x)", flush=True)  # fmt: skip
-    copies = [str(_fresh(run, work / f"batch-{i:02d}")) for i in range(20)]
-    _print_floor(floors, "the batch", copies, master, cold)
+    if floors:
+        copies = [str(_fresh(run, work / f"batch-{i:02d}")) for i in range(20)]
+        _print_floor("the batch", copies, master, cold)
     if foreign:
         synth = work / f"foreign-{foreign}"
         if not (synth / "history.jsonl").exists():
@@ -294,8 +295,9 @@ def ratios(
         scan = _timed(BARE, master, str(synth / "history.jsonl"))
         print(f"{foreign} foreign JSONL events: analyze {first:.1f} s / bare inferred scan+count"
               f" {scan:.1f} s = {first / scan:.2f}x (target <= 3x)", flush=True)  # fmt: skip
-        shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
-        _print_floor(floors, "the foreign JSONL", [str(synth)], master, scan)
+        if floors:
+            shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
+            _print_floor("the foreign JSONL", [str(synth)], master, scan)
 
 
 def main() -> None:

@@ -95,8 +95,17 @@ class AnalyzeOptions:
     write_results: bool = True
     small_input_events: int = 30_000
     # the checks to run, by name (None: every one). A check left out is not judged, so the
-    # result is no verdict: for a benchmark's floor only (it runs none)
+    # result is no verdict and is never written: for a benchmark's floor only (it runs none)
     checks: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.checks is None:
+            return
+        unknown = sorted(self.checks - set(CLASSES))
+        if unknown:
+            raise ValueError(f"checks: unknown {unknown} (known: {', '.join(CLASSES)})")
+        if self.write_results:
+            raise ValueError("checks: a result of some checks only is no verdict to write")
 
 
 def analyze_run(
@@ -141,27 +150,30 @@ def analyze_runs(
             readable.append(_read_small_files(i, Path(d)))
         except ContractError as e:
             results[i] = _unknown([str(e)], started)
-    if readable:
-        owned = spark is None
-        session = (
-            spark
-            if spark is not None
-            else build_session(
-                spark_master,
-                remote=spark_remote,
-                short_lived=sum(r.bytes for r in readable) <= SMALL_HISTORY_BYTES,
+    try:
+        if readable:
+            owned = spark is None
+            session = (
+                spark
+                if spark is not None
+                else build_session(
+                    spark_master,
+                    remote=spark_remote,
+                    short_lived=sum(r.bytes for r in readable) <= SMALL_HISTORY_BYTES,
+                )
             )
-        )
-        try:
-            for batch in batches(readable):
-                results.update(_judged_or_isolated(session, batch, options, crashes))
-        finally:
-            if owned:
-                session.stop()
-    for i, d in enumerate(run_dirs):
-        if options.write_results and i in results and Path(d).is_dir():
-            text = json.dumps(results[i], indent=2, default=str) + "\n"
-            (Path(d) / "results.json").write_text(text)
+            try:
+                for batch in batches(readable):
+                    results.update(_judged_or_isolated(session, batch, options, crashes))
+            finally:
+                if owned:
+                    session.stop()
+    finally:  # whatever fails, a run already judged keeps its verdict (a session that would
+        # not start or stop, Ctrl-C between batches)
+        for i, d in enumerate(run_dirs):
+            if options.write_results and i in results and Path(d).is_dir():
+                text = json.dumps(results[i], indent=2, default=str) + "\n"
+                (Path(d) / "results.json").write_text(text)
     if crashes:  # every run that could be judged has its results.json; the crash still shows
         raise crashes[0]
     return [results[i] for i in range(len(run_dirs))]

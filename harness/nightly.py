@@ -326,9 +326,10 @@ def judge_together(
     (one JVM start for the night, not one a cell), then its report; a cell's exit code
     becomes its verdict's. Cells that crashed or ended unknown keep what they had.
 
-    A crash of the checker costs the night only the verdicts it took: every run it judged
-    has its results.json (`analyze_runs` writes them before raising), and a cell left
-    without one is unknown, its error the crash. The crash is returned, for the summary."""
+    A crash of the checker costs the night only the verdicts it took: `analyze_runs` writes
+    the results.json of every run it judged before it raises, so after a crash each cell's
+    verdict is read from there, and a cell left without one exits 255, its error the crash.
+    The crash is returned, for the summary."""
     waiting = [
         o
         for o in outcomes
@@ -340,21 +341,21 @@ def judge_together(
     from checker.analyze import analyze_runs, exit_code
     from reports.render import render_report
 
+    run_dirs = [Path(str(o.run_dir)) for o in waiting]
     crash: str | None = None
     try:
-        analyze_runs([Path(str(o.run_dir)) for o in waiting], spark_master=spark_master)
-    except Exception as e:  # a bug of the checker: the summary shows it, the night goes on
+        found: list[dict[str, Any] | None] = list(analyze_runs(run_dirs, spark_master=spark_master))
+    except Exception as e:  # a bug of the checker: the summary is still written, and shows it
         log.exception("the checker crashed judging the night's runs")
         crash = "".join(traceback.format_exception_only(e)).strip()
+        found = [read_json(d / "results.json") for d in run_dirs]
     judged: dict[str, CellOutcome] = {}
-    for outcome in waiting:
-        run_dir = Path(str(outcome.run_dir))
-        results = read_json(run_dir / "results.json")
+    for outcome, run_dir, results in zip(waiting, run_dirs, found, strict=True):
         if not isinstance(results, dict):
             error = f"the checker crashed and left no results.json: {crash}"
-            judged[str(run_dir)] = replace(outcome, exit_code=EXIT_CRASH, error=error)
+            judged[str(outcome.run_dir)] = replace(outcome, exit_code=EXIT_CRASH, error=error)
             continue
-        judged[str(run_dir)] = replace(outcome, exit_code=exit_code(results))
+        judged[str(outcome.run_dir)] = replace(outcome, exit_code=exit_code(results))
         try:
             render_report(run_dir)
         except Exception as e:  # a report that fails must not lose the night's verdicts

@@ -388,9 +388,12 @@ def _summary_html(
         "nightly.html",
         night=summary["night"],
         exit_code=exit_code,
-        verdict={EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_UNKNOWN: "UNKNOWN"}.get(
-            exit_code, "CHECKER CRASHED"
-        ),
+        verdict={
+            EXIT_OK: "PASS",
+            EXIT_MISMATCH: "FAIL",
+            EXIT_UNKNOWN: "UNKNOWN",
+            EXIT_CRASH: "CHECKER CRASHED",
+        }[exit_code],
         checker_crash=summary.get("checker_crash"),
         detection=detection,
         plots=[(t, base64.b64encode(p.read_bytes()).decode()) for t, p in plots],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release
 from checker.ingest import ingest_histories
 from checker.run_facts import with_facts
+from tests.crashing_checks import checks_crashing_on
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from tests.test_checker_classes import FAST, HISTORIES, make_run
@@ -185,21 +186,6 @@ def test_a_run_whose_history_breaks_the_contract_leaves_its_catalog_out_of_the_v
     assert any("history.jsonl line 2" in e for e in together[1]["errors"]), together[1]["errors"]
 
 
-def checks_crashing_on(crashes: Callable[[RunFrames], bool]) -> tuple[CheckSpec, ...]:
-    """The checks, lost-write made to raise "a check crashed" where `crashes(frames)`: a bug
-    of the checker not yet known, for the tests of what a crash costs (`frames.runs` are the
-    places in the batch of the runs being judged)."""
-    real = next(c for c in CHECKS if c.name == "lost-write")
-
-    def check(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
-        if crashes(frames):
-            raise RuntimeError("a check crashed")
-        return real.check(frames, cat)
-
-    spec = CheckSpec(real.name, check, real.needs_clock)
-    return tuple(spec if c.name == spec.name else c for c in CHECKS)
-
-
 @pytest.mark.spark
 def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
     tmp_path: Path,
@@ -237,3 +223,37 @@ def test_a_crash_costs_a_batch_only_the_verdicts_it_takes(
                 assert without_time(json.loads(written.read_text())) == without_time(alone[i])
             else:
                 assert not written.exists(), name
+
+
+@pytest.mark.spark
+def test_a_run_judged_keeps_its_verdict_when_a_later_batch_is_interrupted(
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while the second plan is judged (a clock-free run is a plan of its own): the run
+    the first plan judged, and the broken directory known before Spark, keep their
+    results.json; the interrupted run gets none."""
+    import checker.analyze as analyze
+
+    real = analyze._judged_or_isolated
+    plans: list[object] = []
+
+    def interrupted_second(*args: Any) -> dict[int, dict[str, Any]]:
+        plans.append(args[1])
+        if len(plans) > 1:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(analyze, "_judged_or_isolated", interrupted_second)
+    judged = make_run("ap-violation", tmp_path / "judged")
+    clock_free = clock_none(make_run("lost-write", tmp_path / "clock-free"))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        analyze_runs([judged, clock_free, broken], spark=spark, options=FAST)
+    assert len(plans) == 2
+    first = json.loads((judged / "results.json").read_text())
+    assert {a["class"] for a in first["anomalies"]} == {"ap-violation"}
+    assert json.loads((broken / "results.json").read_text())["valid"] == "unknown"
+    assert not (clock_free / "results.json").exists()

@@ -207,7 +207,8 @@ def test_only_the_checks_named_run_so_a_floor_measures_none(
 ) -> None:
     """`AnalyzeOptions.checks` (benchmarks/checker_scale.py's floor) runs the checks it names
     and no other: the case fires two classes, and naming one finds that one only, naming none
-    finds none (what the floor is measured without)."""
+    finds none (what the floor is measured without). Such a result is no verdict, so it is
+    never written, and a name that is no check is refused (a floor that measures nothing)."""
     run = make_run("mixed-schema-commit", tmp_path / "run")
     found = []
     for checks in (None, frozenset({"ap-violation"}), frozenset()):
@@ -217,6 +218,10 @@ def test_only_the_checks_named_run_so_a_floor_measures_none(
         )
     assert found == [{"ap-violation", "mixed-schema-commit"}, {"ap-violation"}, set()]
     assert not (run / "results.json").exists()
+    with pytest.raises(ValueError, match="no verdict to write"):
+        AnalyzeOptions(checks=frozenset())  # writes results.json by default
+    with pytest.raises(ValueError, match="unknown \\['lost-writes'\\]"):
+        AnalyzeOptions(checks=frozenset({"lost-writes"}), write_results=False)
 
 
 @pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 from harness.cli import main
 from harness.nightly import NightlyCell, load_matrix, run_nightly
 from reports.rundata import load_run
-from tests.test_checker_batch import checks_crashing_on
+from tests.crashing_checks import checks_crashing_on
 from tests.test_reports_fixture import write_anomalous_run, write_results
 
 MATRIX = """
@@ -88,6 +88,9 @@ def test_a_night_is_judged_together_after_its_cells(tmp_path: Path) -> None:
         assert results["valid"] is False and results["anomalies"]
         assert (run_dir / "report.html").is_file()
     assert int(result) == 1
+    summary = json.loads((result.summary_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 1 and summary["checker_crash"] is None
+    assert 'id="checker-crash"' not in (result.summary_dir / "summary.html").read_text()
 
 
 @pytest.mark.spark

@@ -232,8 +232,8 @@ def _print_warm_floors(spark: SparkSession, run: Path, work: Path, rounds: int) 
         start = time.monotonic()
         spark.range(1).collect()
         trips.append(time.monotonic() - start)
-    bare = AnalyzeOptions(checks=frozenset(), with_stats=False, write_results=False)
-    floor = _warm_rounds(spark, run, work, rounds, bare)
+    no_checks = AnalyzeOptions(checks=frozenset(), with_stats=False, write_results=False)
+    floor = _warm_rounds(spark, run, work, rounds, no_checks)
     print(f"warm floors: an action's round trip {statistics.median(trips[rounds // 2 :]):.3f} s; "
           f"the analysis without checks or statistics {statistics.median(floor[rounds // 2 :]):.2f}"
           " s", flush=True)  # fmt: skip

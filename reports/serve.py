@@ -1,35 +1,62 @@
 """`schemachaos serve`: browse the store of runs over HTTP (127.0.0.1 by default).
 
 The index lists runs newest first, coloured by verdict; every file of a run is viewable and a run
-downloads as a zip. Nothing outside the store is ever served: paths are resolved (symlinks
-included) and refused unless they stay under the store root.
+downloads as a zip. Nothing outside the store is read, listed or served (reports.store_paths),
+and no client can hold a thread longer than the timeouts below.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
+import io
 import mimetypes
 import os
 import shutil
 import sys
 import tempfile
+import traceback
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from reports.expectation import expect_of
 from reports.html import banner_of
+from reports.request_head import HeadReader, HeadRefused
 from reports.rundata import RUN_MARKERS
+from reports.store_paths import (
+    Kind,
+    Refusal,
+    StoreEntry,
+    list_directory,
+    locate,
+    locate_request,
+    open_regular,
+    read_json,
+    regular_file,
+    walk_files,
+)
 from reports.templating import render
 
 MAX_DEPTH = 5
 TEXT_SUFFIXES = {".jsonl", ".log", ".toml", ".txt", ".md", ".out", ".err", ".csv"}
 COLOURS = {"valid": "#e3f4e1", "invalid": "#fbe3e1", "unknown": "#fff3d6", "expected": "#d7efe6"}
+
+# Every connection holds a thread until its request head is in. Browsers open spare connections
+# they may never use, and a hostile client can open many and send nothing: a few seconds is
+# ample for a head on loopback or a LAN, and bounds how long each such thread lives.
+IDLE_TIMEOUT_S = 5.0
+# A client that stops reading a response (a large log, a zip) frees its thread after this long.
+SEND_TIMEOUT_S = 30.0
+# Request line plus headers. Store paths are well under 1 KiB and browsers send 1-2 KiB of
+# headers; the stdlib's bound (100 lines of 64 KiB) would let one request hold 6 MiB.
+MAX_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,16 +74,12 @@ class RunEntry:
     has_timeline: bool  # timeline.html, the per-process view written beside the report
 
 
-def _load(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
 def find_runs(store: Path) -> list[RunEntry]:
-    """Every run directory under the store (not following symlinks), newest first."""
+    """Every run directory under the store (not following symlinks), newest first.
+
+    A run's files are read only when they resolve to regular files inside the store: a run.json
+    symlinked from elsewhere leaves the run listed by its directory name alone.
+    """
     root = store.resolve()
     out: list[RunEntry] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -67,45 +90,46 @@ def find_runs(store: Path) -> list[RunEntry]:
         if not any(m in filenames for m in RUN_MARKERS):
             continue
         dirnames[:] = []  # a run directory's subdirectories (plots/, logs/) are not runs
-        run = _load(here / "run.json") or {}
-        results = _load(here / "results.json")
-        banner = banner_of(results if isinstance(results, dict) else None, expect_of(run))
-        cls, text = banner.css_class, banner.headline
+        run = read_json(root, here / "run.json")
+        run = run if isinstance(run, dict) else {}
+        results = read_json(root, here / "results.json")
+        results = results if isinstance(results, dict) else None
+        banner = banner_of(results, expect_of(run))
         start = run.get("start_wall_ms")
         started = start / 1000.0 if isinstance(start, int | float) else here.stat().st_mtime
-        anomalies = len((results or {}).get("anomalies") or []) if isinstance(results, dict) else 0
+        anomalies = results.get("anomalies") if results else None
         out.append(
             RunEntry(
                 rel=here.relative_to(root).as_posix(),
                 test=str(run.get("test") or here.name),
                 seed=run.get("seed", ""),
                 started=started,
-                verdict_class=cls,
-                verdict_text=text,
-                anomalies=anomalies,
-                has_report=(here / "report.html").exists(),
-                has_timeline=(here / "timeline.html").exists(),
+                verdict_class=banner.css_class,
+                verdict_text=banner.headline,
+                anomalies=len(anomalies) if isinstance(anomalies, list) else 0,
+                has_report=regular_file(root, here / "report.html") is not None,
+                has_timeline=regular_file(root, here / "timeline.html") is not None,
             )
         )
     out.sort(key=lambda r: (r.started, r.rel), reverse=True)
     return out
 
 
-def resolve_in_store(root: Path, rel: str) -> Path | None:
-    """The file or directory `rel` names under root, or None if it would leave the store."""
-    if "\x00" in rel or "\\" in rel or rel.startswith("/"):
-        return None
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if any(p == ".." for p in parts):
-        return None
-    candidate = root.joinpath(*parts).resolve()
-    if candidate != root and not candidate.is_relative_to(root):
-        return None
-    return candidate
-
-
 def _page(title: str, message: str = "") -> bytes:
     return render("serve_base.html", title=title, message=message).encode()
+
+
+def _nightly_summaries(root: Path) -> list[tuple[str, str]]:
+    """(name, link) of each nightly summary inside the store, newest first."""
+    nightly = locate(root, root / "nightly")
+    if not isinstance(nightly, StoreEntry) or nightly.kind is not Kind.DIRECTORY:
+        return []
+    names = [
+        name
+        for name, entry in list_directory(root, nightly)
+        if entry.kind is Kind.DIRECTORY and regular_file(root, entry.path / "summary.html")
+    ]
+    return [(name, quote(name)) for name in sorted(names, reverse=True)]
 
 
 def index_page(store: Path) -> bytes:
@@ -123,24 +147,23 @@ def index_page(store: Path) -> bytes:
         }
         for r in find_runs(store)
     ]
-    summaries = sorted((store.resolve() / "nightly").glob("*/summary.html"), reverse=True)
-    nightly = [(p.parent.name, quote(p.parent.name)) for p in summaries if not p.is_symlink()]
     return render(
         "serve_index.html",
         title=f"schemachaos store: {store}",
         runs=runs,
         colours=COLOURS,
-        nightly=nightly,
+        nightly=_nightly_summaries(store.resolve()),
     ).encode()
 
 
-def _listing(root: Path, directory: Path) -> bytes:
-    rel = directory.relative_to(root).as_posix()
+def _listing(root: Path, directory: StoreEntry) -> bytes:
+    rel = directory.path.relative_to(root).as_posix()
     items = []
-    for child in sorted(directory.iterdir()):
-        name = child.name + ("/" if child.is_dir() else "")
-        size = "" if child.is_dir() else f"{child.stat().st_size:,} B" if child.exists() else ""
-        items.append((name, quote(name), size))
+    for name, entry in list_directory(root, directory):
+        if entry.kind is Kind.DIRECTORY:
+            items.append((name + "/", quote(name + "/"), ""))
+        else:
+            items.append((name, quote(name), f"{entry.size:,} B"))
     return render(
         "serve_listing.html",
         title=f"/{rel}",
@@ -149,39 +172,116 @@ def _listing(root: Path, directory: Path) -> bytes:
     ).encode()
 
 
-def _zip_directory(root: Path, directory: Path, out: Any) -> None:
+def _zip_directory(root: Path, directory: StoreEntry, out: IO[bytes]) -> None:
+    """The regular files under a run directory that stay inside the store, deflated."""
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for dirpath, dirnames, filenames in os.walk(directory):
-            dirnames.sort()
-            for name in sorted(filenames):
-                path = Path(dirpath) / name
-                real = path.resolve()
-                if not real.is_relative_to(root) or not real.is_file():
-                    continue  # a symlink out of the store is not followed
-                zf.write(real, Path(directory.name) / path.relative_to(directory))
+        for rel, entry in walk_files(root, directory):
+            opened = open_regular(entry)
+            if isinstance(opened, Refusal):
+                continue
+            info = zipfile.ZipInfo.from_file(entry.path, Path(directory.path.name) / rel)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with opened as src, zf.open(info, "w") as dst:
+                shutil.copyfileobj(src, dst)
+
+
+def _copy_exactly(src: IO[bytes], dst: Any, size: int) -> None:
+    """`size` bytes, no more: the Content-Length sent stands even if the file grows meanwhile."""
+    left = size
+    while left > 0 and (chunk := src.read(min(left, 1 << 16))):
+        dst.write(chunk)
+        left -= len(chunk)
+
+
+_REFUSAL_STATUS = {
+    Refusal.OUTSIDE: HTTPStatus.FORBIDDEN,
+    Refusal.MISSING: HTTPStatus.NOT_FOUND,
+    Refusal.LOOP: HTTPStatus.NOT_FOUND,
+    Refusal.DENIED: HTTPStatus.FORBIDDEN,
+    Refusal.NOT_REGULAR: HTTPStatus.FORBIDDEN,
+    Refusal.UNREADABLE: HTTPStatus.INTERNAL_SERVER_ERROR,
+}
 
 
 class StoreHandler(BaseHTTPRequestHandler):
-    """GET / (runs), /files/<path> (a file or a listing), /zip/<run> (a run as a zip)."""
+    """GET / (runs), /files/<path> (a file or a listing), /zip/<run> (a run as a zip).
+
+    One request per connection (HTTP/1.0), its head read within MAX_HEAD_BYTES and the server's
+    idle timeout; every request that began gets a response, an error page when nothing else.
+    """
 
     server: StoreServer
     server_version = "schemachaos-serve"
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # heads come off the socket through HeadReader; bodies are never read
+        self.heads = HeadReader(self.connection)
+        self.responded = False
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.responded = True
+        super().send_response(code, message)
+
+    def handle_one_request(self) -> None:
+        self.close_connection = True
+        try:
+            head = self.heads.read(MAX_HEAD_BYTES, self.server.idle_timeout_s)
+        except HeadRefused as refused:
+            self.requestline, self.request_version, self.command = "", "", ""
+            self._answer(functools.partial(self._error, refused.status, refused.reason))
+            return
+        except OSError:
+            return  # the peer reset the connection: nobody is left to answer
+        if head is None:
+            return  # closed or silent before a request began
+        line, _, headers = head.partition(b"\n")
+        self.raw_requestline = line + b"\n"
+        self.rfile = io.BytesIO(headers)
+        self._answer(self._dispatch)
+
+    def _dispatch(self) -> None:
+        if not self.parse_request():
+            return  # parse_request answered with its own error page
+        method = {"GET": self.do_GET, "HEAD": self.do_HEAD}.get(self.command)
+        if method is None:
+            self._error(HTTPStatus.NOT_IMPLEMENTED, f"{self.command} is not served")
+        else:
+            method()
+
+    def _answer(self, respond: Callable[[], None]) -> None:
+        """Run `respond`; a client gone is let go, a bug still gets a 500 page."""
+        self.connection.settimeout(SEND_TIMEOUT_S)
+        try:
+            respond()
+            self.wfile.flush()
+        except OSError:
+            pass  # the client stopped reading or went away mid-response
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            if not self.responded:
+                with contextlib.suppress(OSError):
+                    self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
     def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8") -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _refuse(self) -> None:
-        self._send(HTTPStatus.FORBIDDEN, _page("403 outside the store", "Refused."))
+    def _error(self, status: HTTPStatus, reason: str) -> None:
+        self._send(status, _page(f"{status.value} {reason}", status.phrase))
+
+    def _refuse(self, refusal: Refusal) -> None:
+        self._error(_REFUSAL_STATUS[refusal], refusal.value)
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -194,19 +294,16 @@ class StoreHandler(BaseHTTPRequestHandler):
             return
         for prefix, handler in (("/files/", self._file), ("/zip/", self._zip)):
             if raw.startswith(prefix) or raw == prefix.rstrip("/"):
-                rel = unquote(raw[len(prefix) :])
-                target = resolve_in_store(root, rel)
-                if target is None:
-                    self._refuse()
-                elif not target.exists():
-                    self._send(HTTPStatus.NOT_FOUND, _page("404 not found", ""))
+                target = locate_request(root, unquote(raw[len(prefix) :]))
+                if isinstance(target, Refusal):
+                    self._refuse(target)
                 else:
                     handler(target, raw)
                 return
-        self._send(HTTPStatus.NOT_FOUND, _page("404 not found", ""))
+        self._refuse(Refusal.MISSING)
 
-    def _file(self, target: Path, raw: str) -> None:
-        if target.is_dir():
+    def _file(self, target: StoreEntry, raw: str) -> None:
+        if target.kind is Kind.DIRECTORY:
             if not raw.endswith("/"):
                 self.send_response(HTTPStatus.MOVED_PERMANENTLY)
                 self.send_header("Location", raw + "/")
@@ -215,22 +312,31 @@ class StoreHandler(BaseHTTPRequestHandler):
                 return
             self._send(HTTPStatus.OK, _listing(self.server.root, target))
             return
-        ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-        if target.suffix in TEXT_SUFFIXES or ctype.startswith("text/") or ctype.endswith("json"):
-            ctype = ("text/html" if target.suffix == ".html" else "text/plain") + "; charset=utf-8"
-        size = target.stat().st_size
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(size))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        if self.command != "HEAD":
-            with target.open("rb") as fh:
-                shutil.copyfileobj(fh, self.wfile)
+        opened = open_regular(target)
+        if isinstance(opened, Refusal):
+            self._refuse(opened)
+            return
+        with opened as fh:
+            ctype = mimetypes.guess_type(target.path.name)[0] or "application/octet-stream"
+            if (
+                target.path.suffix in TEXT_SUFFIXES
+                or ctype.startswith("text/")
+                or ctype.endswith("json")
+            ):
+                html = target.path.suffix == ".html"
+                ctype = ("text/html" if html else "text/plain") + "; charset=utf-8"
+            size = os.fstat(fh.fileno()).st_size
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(size))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            if self.command != "HEAD":
+                _copy_exactly(fh, self.wfile, size)
 
-    def _zip(self, target: Path, raw: str) -> None:
-        if not target.is_dir() or target == self.server.root:
-            self._send(HTTPStatus.BAD_REQUEST, _page("400 not a run directory", ""))
+    def _zip(self, target: StoreEntry, raw: str) -> None:
+        if target.kind is not Kind.DIRECTORY or target.path == self.server.root:
+            self._error(HTTPStatus.BAD_REQUEST, "not a run directory")
             return
         with tempfile.TemporaryFile() as tmp:
             _zip_directory(self.server.root, target, tmp)
@@ -239,9 +345,8 @@ class StoreHandler(BaseHTTPRequestHandler):
             self.send_response(HTTPStatus.OK)
             self.send_header("Content-Type", "application/zip")
             self.send_header("Content-Length", str(size))
-            self.send_header(
-                "Content-Disposition", f'attachment; filename="{quote(target.name)}.zip"'
-            )
+            name = quote(target.path.name)
+            self.send_header("Content-Disposition", f'attachment; filename="{name}.zip"')
             self.end_headers()
             if self.command != "HEAD":
                 shutil.copyfileobj(tmp, self.wfile)
@@ -250,15 +355,25 @@ class StoreHandler(BaseHTTPRequestHandler):
 class StoreServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: Path, host: str, port: int, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        store: Path,
+        host: str,
+        port: int,
+        verbose: bool = False,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ) -> None:
         self.root = Path(store).resolve()
         self.verbose = verbose
+        self.idle_timeout_s = idle_timeout_s
         super().__init__((host, port), StoreHandler)
 
 
-def make_server(store: Path, host: str = "127.0.0.1", port: int = 0) -> StoreServer:
+def make_server(
+    store: Path, host: str = "127.0.0.1", port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
+) -> StoreServer:
     """A server bound but not yet serving; port 0 picks a free port (server.server_port)."""
-    return StoreServer(store, host, port)
+    return StoreServer(store, host, port, idle_timeout_s=idle_timeout_s)
 
 
 def serve(store: Path, host: str = "127.0.0.1", port: int = 8080, verbose: bool = True) -> None:

@@ -13,8 +13,10 @@ import io
 import mimetypes
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import time
 import traceback
 import zipfile
 from collections.abc import Callable
@@ -57,6 +59,8 @@ SEND_TIMEOUT_S = 30.0
 # Request line plus headers. Store paths are well under 1 KiB and browsers send 1-2 KiB of
 # headers; the stdlib's bound (100 lines of 64 KiB) would let one request hold 6 MiB.
 MAX_HEAD_BYTES = 16 * 1024
+# After refusing a head, how long to read what its client still sends (see _linger).
+LINGER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,7 @@ class StoreHandler(BaseHTTPRequestHandler):
 
     server: StoreServer
     server_version = "schemachaos-serve"
+    default_request_version = "HTTP/1.0"  # a garbled request line still gets a status line
 
     def setup(self) -> None:
         super().setup()
@@ -234,6 +239,7 @@ class StoreHandler(BaseHTTPRequestHandler):
         except HeadRefused as refused:
             self.requestline, self.request_version, self.command = "", "", ""
             self._answer(functools.partial(self._error, refused.status, refused.reason))
+            self._linger()
             return
         except OSError:
             return  # the peer reset the connection: nobody is left to answer
@@ -243,6 +249,20 @@ class StoreHandler(BaseHTTPRequestHandler):
         self.raw_requestline = line + b"\n"
         self.rfile = io.BytesIO(headers)
         self._answer(self._dispatch)
+
+    def _linger(self) -> None:
+        """Half-close, then read what the client still sends, briefly.
+
+        Closing with its unread bytes in the socket would reset the connection, and a reset can
+        discard the error page before the client reads it.
+        """
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER_S
+            while (remaining := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(remaining)
+                if not self.connection.recv(1 << 16):
+                    break
 
     def _dispatch(self) -> None:
         if not self.parse_request():
@@ -276,6 +296,13 @@ class StoreHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """parse_request's refusals, on the store's own error page."""
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        status = HTTPStatus(code)
+        self._error(status, message or status.phrase)
 
     def _error(self, status: HTTPStatus, reason: str) -> None:
         self._send(status, _page(f"{status.value} {reason}", status.phrase))

@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import zipfile
@@ -59,6 +60,9 @@ SEND_TIMEOUT_S = 30.0
 # Request line plus headers. Store paths are well under 1 KiB and browsers send 1-2 KiB of
 # headers; the stdlib's bound (100 lines of 64 KiB) would let one request hold 6 MiB.
 MAX_HEAD_BYTES = 16 * 1024
+# Threads serving at once. With IDLE_TIMEOUT_S this bounds what a flood of silent connections
+# costs (at most this many threads, each for a few seconds); a browser uses about six.
+MAX_CONNECTIONS = 64
 # After refusing a head, how long to read what its client still sends (see _linger).
 LINGER_S = 1.0
 
@@ -379,7 +383,21 @@ class StoreHandler(BaseHTTPRequestHandler):
                 shutil.copyfileobj(tmp, self.wfile)
 
 
+def _turn_away(request: socket.socket) -> None:
+    """A 503 page written by the accepting thread itself, which must not wait on the client."""
+    body = _page("503 busy", f"More than {MAX_CONNECTIONS} connections at once; try again.")
+    head = (
+        "HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/html; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        request.settimeout(0.5)
+        request.sendall(head.encode() + body)
+
+
 class StoreServer(ThreadingHTTPServer):
+    """One thread per connection, at most `max_connections` of them; the rest get a 503."""
+
     daemon_threads = True
 
     def __init__(
@@ -389,18 +407,43 @@ class StoreServer(ThreadingHTTPServer):
         port: int,
         verbose: bool = False,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.root = Path(store).resolve()
         self.verbose = verbose
         self.idle_timeout_s = idle_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__((host, port), StoreHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            _turn_away(request)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def make_server(
-    store: Path, host: str = "127.0.0.1", port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
+    store: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> StoreServer:
     """A server bound but not yet serving; port 0 picks a free port (server.server_port)."""
-    return StoreServer(store, host, port, idle_timeout_s=idle_timeout_s)
+    return StoreServer(
+        store, host, port, idle_timeout_s=idle_timeout_s, max_connections=max_connections
+    )
 
 
 def serve(store: Path, host: str = "127.0.0.1", port: int = 8080, verbose: bool = True) -> None:

@@ -60,8 +60,10 @@ def store(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def serving(store: Path, idle_timeout_s: float = 1.0) -> Iterator[StoreServer]:
-    srv = make_server(store, idle_timeout_s=idle_timeout_s)
+def serving(
+    store: Path, idle_timeout_s: float = 1.0, max_connections: int = 64
+) -> Iterator[StoreServer]:
+    srv = make_server(store, idle_timeout_s=idle_timeout_s, max_connections=max_connections)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     try:
@@ -166,6 +168,20 @@ def test_an_idle_connection_is_closed(store: Path) -> None:
             assert sock.recv(1) == b""  # closed by the server, no request having begun
             assert time.monotonic() - started < 3
         assert get(srv, "/")[0] == 200  # and the server still answers
+
+
+def test_connections_past_the_cap_get_503_until_a_slot_frees(store: Path) -> None:
+    with serving(store, idle_timeout_s=1.0, max_connections=2) as srv:
+        address = ("127.0.0.1", srv.server_port)
+        with socket.create_connection(address), socket.create_connection(address):
+            # accepted in order, each holds a thread (a slot) while it stays silent
+            busy = exchange(srv, b"GET / HTTP/1.0\r\n\r\n")
+            deadline = time.monotonic() + 5
+            while status_of(freed := exchange(srv, b"GET / HTTP/1.0\r\n\r\n")) == 503:
+                assert time.monotonic() < deadline, "the idle connections never freed a slot"
+                time.sleep(0.1)
+    assert status_of(busy) == 503 and b"try again" in busy
+    assert status_of(freed) == 200
 
 
 def test_a_trickled_head_gets_408_at_its_deadline(store: Path) -> None:

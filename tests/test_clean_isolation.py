@@ -13,12 +13,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import harness.cluster_spec as cluster_spec
 from harness.cli_parser import build_parser
 from harness.exit_codes import EXIT_BAD_INPUT
+from tests.test_harness_ssh import sshd_hosts  # noqa: F401  (fixture)
 from tests.test_harness_support import node_image  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,6 +194,51 @@ def test_clean_of_one_run_leaves_every_other_run_on_this_host(
         for proc in procs.values():
             proc.kill()
             proc.wait()
+
+
+# -- ssh hosts: a host another run holds is left alone -------------------------------------
+
+
+@pytest.mark.docker
+def test_clean_of_one_run_spares_an_ssh_host_another_run_holds(
+    sshd_hosts: tuple[Path, Any],  # noqa: F811
+) -> None:
+    """Host s1 holds run y's lease (y's nodes live there: one run per host, fixed dirs);
+    `clean --run-id x --nodes-file` kills the node processes on s2 and s3 only, and says why
+    s1 was left. The old clean killed every host's."""
+    from harness.cluster import clean
+    from harness.cluster_spec import SSH_ROOT
+    from harness.remote import pgrep_command
+    from harness.remote_ssh import SshRemote, load_nodes_file
+
+    nodes_file, _ = sshd_hosts
+    x, y = f"t{os.getpid()}-x", f"t{os.getpid()}-y"
+    node = f"schemasync.node --config {SSH_ROOT}/n1/node.toml"
+    remotes = {
+        h.name: SshRemote(
+            h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
+        )
+        for h in load_nodes_file(nodes_file)
+    }
+    try:
+        for name, remote in remotes.items():
+            lease = f"touch {SSH_ROOT}/lease-{y}; " if name == "s1" else ""
+            remote.run(
+                f"mkdir -p {SSH_ROOT}; {lease}(setsid nohup python3 -c "
+                f"'import time; time.sleep(300)' {node} >/dev/null 2>&1 </dev/null &)"
+            )
+        removed = clean(run_id=x, nodes_file=nodes_file)
+        assert f"s1: not cleaned: held by run {y}" in removed, removed
+        alive = {
+            name: remote.run(pgrep_command(node), check=False).exit_code == 0
+            for name, remote in remotes.items()
+        }
+        assert alive == {"s1": True, "s2": False, "s3": False}, removed
+    finally:
+        for remote in remotes.values():
+            remote.run(f"rm -f {SSH_ROOT}/lease-{y}", check=False)
+            remote.signal(node, "KILL")
+            remote.close()
 
 
 # -- docker: runs at once ----------------------------------------------------------------

@@ -104,7 +104,7 @@ class LocalRemote:
 def tagged_processes(run_id: str | None = None) -> list[int]:
     """PIDs whose environment carries our run tag: exactly `run_id` (never a prefix), or any
     run's when run_id is None. An empty id is a ValueError, never "all"."""
-    if run_id is not None and not run_id:
+    if run_id == "":
         raise ValueError("an empty run id names no run")
     found: list[int] = []
     me = os.getpid()

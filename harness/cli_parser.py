@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
+from harness.cluster_spec import check_run_id
 from harness.exit_codes import EXIT_BAD_INPUT
 from harness.spark_cli import add_spark_commands
 from sim.sweep import add_sweep_command
@@ -67,6 +68,14 @@ def _loopback_base(text: str) -> str:
     if not address.is_loopback:
         raise argparse.ArgumentTypeError(f"not in 127.0.0.0/8: {text}")
     return text
+
+
+def _run_id(text: str) -> str:
+    """--run-id: exactly one run's id; an empty one must not widen clean to every run."""
+    try:
+        return check_run_id(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _version() -> str:
@@ -217,12 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     build = images_sub.add_parser("build", help="build the node image (cached by content hash)")
     build.add_argument("--force", action="store_true", help="rebuild even when tags exist")
 
-    clean = sub.add_parser(
-        "clean",
-        help="remove every container, network, process and iptables rule left by schemachaos",
+    clean_help = (
+        "remove what schemachaos runs left: without --run-id everything of ours, of every run "
+        "(runs still going too, and the Spark cluster); with it, that run's only"
     )
+    clean = sub.add_parser("clean", help=clean_help, description=clean_help)
     clean.add_argument("--store", type=Path, default=Path("store"))
-    clean.add_argument("--run-id", default=None, help="only what this run left")
+    clean.add_argument(
+        "--run-id",
+        type=_run_id,
+        default=None,
+        help="only what this run left (its containers, network, processes, reaper or watchdog, "
+        "host iptables rules, temp area), matched exactly; without it, every run's",
+    )
     clean.add_argument(
         "--nodes-file", type=Path, default=None, help="also clean the ssh backend's hosts"
     )

@@ -7,6 +7,7 @@ comment) so that teardown, and `schemachaos clean` after a SIGKILLed controller,
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -22,11 +23,12 @@ from types import FrameType
 from typing import Any
 
 from harness.cluster_spec import (
-    IPTABLES_COMMENT,
     REMOTE_IPTABLES_CLEAN,
     SSH_ROOT,
     ClusterSpec,
     ProvisionError,
+    check_run_id,
+    rule_is_runs,
 )
 from harness.remote import Remote, RemoteError
 
@@ -281,18 +283,17 @@ def _iptables_rules(table: str) -> list[str]:
     return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
-def remove_iptables_rules(addresses: list[str] | None = None) -> list[str]:
-    """Delete host iptables rules commented as ours (only those naming `addresses`, if given)."""
+def remove_iptables_rules(
+    addresses: list[str] | None = None, run_id: str | None = None
+) -> list[str]:
+    """Delete host iptables rules of ours: with neither argument every one; otherwise only
+    the run's (carrying its run comment, or naming one of its node `addresses`)."""
     if os.geteuid() != 0:
         return []
     removed: list[str] = []
     for table in ("filter", "mangle", "nat", "raw"):
         for rule in _iptables_rules(table):
-            if not rule.startswith("-A ") or IPTABLES_COMMENT not in rule:
-                continue
-            if addresses is not None and not any(
-                a in rule.replace("/32", " ").split() for a in addresses
-            ):
+            if not rule.startswith("-A ") or not rule_is_runs(rule, run_id, addresses):
                 continue
             args = shlex.split(rule)
             args[0] = "-D"
@@ -304,8 +305,40 @@ def remove_iptables_rules(addresses: list[str] | None = None) -> list[str]:
     return removed
 
 
-def clean_ssh_hosts(nodes_file: Path) -> list[str]:
-    """On the hosts of a nodes file: kill our node processes, delete our iptables rules."""
+def recorded_addresses(store: Path | None, run_id: str) -> list[str]:
+    """The host addresses of a local run's nodes, from its run.json in the store (none for a
+    run of another backend, or one the store does not hold): what host rules of that run
+    without a run comment name. Any run directory of the store: store/<test>/<run>/."""
+    from harness.remote_local import local_address
+
+    if store is None or not store.is_dir():
+        return []
+    for path in sorted(store.glob("*/*/run.json")):
+        try:
+            run = json.loads(path.read_text())
+            if not isinstance(run, dict) or run.get("run_id") != run_id:
+                continue
+            if run.get("backend") != "local":
+                return []
+            base = str((run.get("options") or {}).get("local_base", "127.0.0.10"))
+            return [local_address(i, base) for i in range(1, len(run.get("nodes") or []) + 1)]
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue  # a run directory that cannot be read names no addresses
+    return []
+
+
+def _other_leases(remote: Remote, run_id: str) -> list[str]:
+    """The runs other than `run_id` that hold a lease on an ssh host (their nodes live there)."""
+    out = remote.run(f"ls -1 {SSH_ROOT} 2>/dev/null || true", timeout=30).stdout.split()
+    held = {n.removeprefix("lease-") for n in out if n.startswith("lease-")}
+    return sorted(r for r in held if not r.endswith(".log") and r != run_id)
+
+
+def clean_ssh_hosts(nodes_file: Path, run_id: str | None = None) -> list[str]:
+    """On the hosts of a nodes file: kill our node processes, delete our iptables rules.
+
+    A host holds one run's nodes at a time (their directories are fixed), so with `run_id` a
+    host another run holds a lease on is left alone and named."""
     from harness.remote_ssh import SshRemote, load_nodes_file
 
     removed: list[str] = []
@@ -314,6 +347,10 @@ def clean_ssh_hosts(nodes_file: Path) -> list[str]:
             h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
         )
         try:
+            others = _other_leases(remote, run_id) if run_id is not None else []
+            if others:
+                removed.append(f"{h.name}: not cleaned: held by run {', '.join(others)}")
+                continue
             remote.signal(f"schemasync.node --config {SSH_ROOT}/", "KILL")
             out = remote.run(REMOTE_IPTABLES_CLEAN, timeout=60)
             removed.append(
@@ -329,11 +366,15 @@ def clean_ssh_hosts(nodes_file: Path) -> list[str]:
 def clean(
     run_id: str | None = None, store: Path | None = None, nodes_file: Path | None = None
 ) -> list[str]:
-    """Remove everything labelled as ours: containers, networks, tagged processes, iptables
-    rules, leftover run keys (and, given a nodes file, our processes and rules on those
-    hosts). With run_id, only that run's."""
+    """Remove what schemachaos left: containers, networks, tagged processes, iptables rules,
+    reapers and watchdogs, temp areas (and, given a nodes file, our processes and rules on
+    those hosts). run_id None means every run's (and the Spark cluster); a run id means only
+    that run's, matched exactly; an empty or malformed id is refused (ValueError)."""
+    from harness.reaper import remove_guards
     from harness.remote_local import kill_tagged
 
+    if run_id is not None:
+        check_run_id(run_id)
     removed: list[str] = []
     try:
         from harness.remote_docker import docker_client, remove_run
@@ -346,17 +387,29 @@ def clean(
         if "unreachable" not in str(e):
             raise
     removed += [f"process {pid}" for pid in kill_tagged(run_id)]
-    removed += remove_iptables_rules(None)
-    from harness.reaper import remove_guards
-
+    if run_id is None:
+        removed += remove_iptables_rules()
+    else:  # read before the run's temp area goes; its run.json stays
+        removed += remove_iptables_rules(recorded_addresses(store, run_id), run_id=run_id)
     removed += remove_guards(run_id)  # the runs' reaper containers and local watchdogs
-    if store is not None and store.is_dir():
-        for tmp in store.glob("*/*/.tmp"):
-            tag = tmp / "RUN_ID"
-            owner = tag.read_text().strip() if tag.is_file() else None
-            if run_id is None or owner == run_id:
-                shutil.rmtree(tmp, ignore_errors=True)
-                removed.append(f"temp area {tmp}")
+    removed += _remove_temp_areas(store, run_id)
     if nodes_file is not None:
-        removed += clean_ssh_hosts(nodes_file)
+        removed += clean_ssh_hosts(nodes_file, run_id)
+    return removed
+
+
+def _remove_temp_areas(store: Path | None, run_id: str | None) -> list[str]:
+    """The runs' `.tmp` areas (of one run: the one whose RUN_ID tag is exactly that id)."""
+    removed: list[str] = []
+    if store is None or not store.is_dir():
+        return removed
+    for tmp in store.glob("*/*/.tmp"):
+        tag = tmp / "RUN_ID"
+        try:
+            owner = tag.read_text().strip() if tag.is_file() else None
+        except OSError:
+            owner = None
+        if run_id is None or owner == run_id:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(f"temp area {tmp}")
     return removed

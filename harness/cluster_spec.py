@@ -3,10 +3,20 @@ the spec, the one error of provisioning, and the marks that find what a run left
 
 from __future__ import annotations
 
+import itertools
+import re
+import shlex
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 IPTABLES_COMMENT = "schemachaos"
+# A run's own mark on a rule, beside IPTABLES_COMMENT: `clean --run-id` removes a rule carrying
+# it only when the id is exactly that run's (no prefix match: run X must not take X1's rules).
+RUN_COMMENT_PREFIX = f"{IPTABLES_COMMENT}.run="
+# What store.new_run_dir makes, and what Docker allows in names and labels: nothing a filter
+# could widen (no empty id, no wildcard, no space).
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SSH_ROOT = "/var/tmp/schemachaos"
 REMOTE_IPTABLES_CLEAN = (
     "for t in filter mangle nat raw; do iptables -w -t $t -S 2>/dev/null "
@@ -30,3 +40,61 @@ class ClusterSpec:
     image: str | None = None
     local_base: str = "127.0.0.10"
     ready_timeout_s: float = 60.0
+
+
+def check_run_id(run_id: str) -> str:
+    """The id itself, or ValueError naming why: every filter of a run's things is built from
+    one, and an empty or odd id must never widen a filter to other runs."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise ValueError(
+            f"not a run id: {run_id!r} (1 to 128 letters, digits, '_', '.', '-'; "
+            "starting with a letter or digit)"
+        )
+    return run_id
+
+
+def run_comment(run_id: str) -> str:
+    """The iptables comment that marks a host rule as this run's.
+
+    A nemesis adding a host rule passes `-m comment --comment <this>` beside the plain
+    IPTABLES_COMMENT, so `clean --run-id` can attribute the rule without the run's record."""
+    return RUN_COMMENT_PREFIX + check_run_id(run_id)
+
+
+def _flag_values(rule: str, flags: tuple[str, ...]) -> list[str]:
+    """The values of one `iptables -S` line's `flags` (none if it cannot be split)."""
+    try:
+        args = shlex.split(rule)
+    except ValueError:
+        return []
+    return [value for flag, value in itertools.pairwise(args) if flag in flags]
+
+
+def rule_comments(rule: str) -> list[str]:
+    """The comments of one `iptables -S` line."""
+    return _flag_values(rule, ("--comment",))
+
+
+def _rule_addresses(rule: str) -> set[str]:
+    """Source and destination addresses a rule names (`/32` dropped, lists split)."""
+    named = _flag_values(rule, ("-s", "-d", "--source", "--destination"))
+    return {a.removesuffix("/32") for v in named for a in v.split(",")}
+
+
+def rule_is_runs(rule: str, run_id: str | None, addresses: Collection[str] | None) -> bool:
+    """Whether an `iptables -S` rule is ours and belongs to the run asked for.
+
+    A rule carrying a run comment belongs to that run only; one without (added before the
+    nemeses marked rules with the run) belongs to the run whose node addresses it names.
+    Neither run id nor addresses: every rule of ours (a full clean)."""
+    comments = rule_comments(rule)
+    runs = {
+        c.removeprefix(RUN_COMMENT_PREFIX) for c in comments if c.startswith(RUN_COMMENT_PREFIX)
+    }
+    if IPTABLES_COMMENT not in comments and not runs:
+        return False
+    if runs and run_id is not None:
+        return run_id in runs
+    if addresses is None:
+        return run_id is None
+    return not _rule_addresses(rule).isdisjoint(addresses)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.cluster_spec import ClusterSpec, ProvisionError
+from harness.cluster_spec import ClusterSpec, ProvisionError, check_run_id
 from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
@@ -56,7 +56,12 @@ class NoGuard:
 
 
 def start_run_guard(backend: str, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
-    """The run's reaper (docker) or watchdog (local), started before any node."""
+    """The run's reaper (docker) or watchdog (local), started before any node. Its id must be
+    a run id: the guard's filters are built from it."""
+    try:
+        check_run_id(run_id)
+    except ValueError as e:
+        raise ProvisionError(f"run guard: {e}") from e
     if backend == "docker":
         return DockerReaper.start(run_id)
     if backend == "local":
@@ -243,9 +248,12 @@ def watchdog_processes(run_id: str | None = None) -> list[int]:
 
 
 def remove_guards(run_id: str | None = None) -> list[str]:
-    """For `schemachaos clean`: the reaper containers and watchdogs left (of one run, or all).
+    """For `schemachaos clean`: the reaper containers and watchdogs left (of one run, matched
+    exactly, or all when run_id is None; an empty or malformed id is a ValueError).
 
     Killed, not told bye: clean removes the run's things itself."""
+    if run_id is not None:
+        check_run_id(run_id)
     removed: list[str] = []
     for pid in watchdog_processes(run_id):
         with contextlib.suppress(ProcessLookupError):
@@ -257,7 +265,7 @@ def remove_guards(run_id: str | None = None) -> list[str]:
         client = docker_client(timeout=10)
     except DockerUnavailable:
         return removed
-    label = f"{REAPER_LABEL}={run_id}" if run_id else REAPER_LABEL
+    label = REAPER_LABEL if run_id is None else f"{REAPER_LABEL}={check_run_id(run_id)}"
     for container in labelled_containers(client, label):
         with contextlib.suppress(Exception):
             container.remove(force=True)

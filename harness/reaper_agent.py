@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import sys
 import urllib.parse
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 RUN_LABEL = "schemachaos.run"
+# harness.cluster_spec.RUN_ID_PATTERN (this file imports only the standard library): an empty
+# or odd id must not make the label filter below match other runs' things.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -45,7 +49,10 @@ def docker_api(method: str, path: str) -> tuple[int, bytes]:
 
 
 def reap(run_id: str) -> list[str]:
-    """Remove the run's containers (forced, with volumes), then its networks."""
+    """Remove the run's containers (forced, with volumes), then its networks: those whose
+    run label is exactly `run_id` (Docker's `key=value` filter is an exact match)."""
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
     query = urllib.parse.quote(json.dumps({"label": [f"{RUN_LABEL}={run_id}"]}))
     removed: list[str] = []
     status, body = docker_api("GET", f"/containers/json?all=1&filters={query}")
@@ -89,6 +96,9 @@ def hold(run_id: str, port: int, connect_timeout_s: float) -> str:
 
 def main(argv: list[str]) -> int:
     run_id, port, connect_timeout_s = argv[0], int(argv[1]), float(argv[2])
+    if not RUN_ID.fullmatch(run_id):
+        print(f"reaper: not a run id: {run_id!r}", file=sys.stderr, flush=True)
+        return 2
     why = hold(run_id, port, connect_timeout_s)
     removed = reap(run_id)
     print(f"reaper {run_id}: {why}; removed {len(removed)}: {', '.join(removed)}", flush=True)

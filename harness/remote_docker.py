@@ -17,6 +17,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from harness.cluster_spec import check_run_id
 from harness.remote import RemoteError
 from harness.remote_ssh import SshRemote
 
@@ -155,9 +156,18 @@ def labelled_containers(client: Any, label: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": label}, ignore_removed=True))
 
 
+def run_filter(run_id: str | None) -> str:
+    """The label filter of one run's things (Docker matches `key=value` exactly, so run X
+    never takes X1's), or of all of ours when run_id is None; an empty or malformed id is
+    refused (ValueError), never read as "all"."""
+    if run_id is None:
+        return LABEL
+    return f"{RUN_LABEL}={check_run_id(run_id)}"
+
+
 def remove_run(client: Any, run_id: str | None) -> list[str]:
     """Remove every container and network labelled as ours (of one run, or of all runs)."""
-    label = f"{RUN_LABEL}={run_id}" if run_id else LABEL
+    label = run_filter(run_id)
     removed: list[str] = []
     containers = labelled_containers(client, label)
 

@@ -102,7 +102,10 @@ class LocalRemote:
 
 
 def tagged_processes(run_id: str | None = None) -> list[int]:
-    """PIDs whose environment carries our run tag (of one run, or of any run)."""
+    """PIDs whose environment carries our run tag: exactly `run_id` (never a prefix), or any
+    run's when run_id is None. An empty id is a ValueError, never "all"."""
+    if run_id == "":
+        raise ValueError("an empty run id names no run")
     found: list[int] = []
     me = os.getpid()
     for entry in Path("/proc").iterdir():
@@ -122,7 +125,8 @@ def tagged_processes(run_id: str | None = None) -> list[int]:
 
 
 def kill_tagged(run_id: str | None = None) -> list[int]:
-    """SIGKILL every tagged process (stopped ones too) and return their PIDs."""
+    """SIGKILL every process tagged with the run (every run's if None; stopped ones too) and
+    return their PIDs."""
     import signal
 
     pids = tagged_processes(run_id)

@@ -3,7 +3,8 @@
 Started detached (own session) by harness/reaper.py with the write end of its stdin held by the
 controller. EOF means the controller is gone, however it died; `bye` means a clean teardown
 that already removed everything (the sweep below then finds nothing). Either way it kills the
-processes tagged with the run id and deletes the run's iptables rules, then exits.
+processes tagged with exactly the run id and deletes the run's iptables rules (its run comment,
+or its node addresses), then exits.
 
 Usage: python -m harness.watchdog RUN_ID ADDRESS...
 """
@@ -16,6 +17,7 @@ import sys
 import time
 
 from harness.cluster import remove_iptables_rules
+from harness.cluster_spec import check_run_id
 from harness.remote_local import kill_tagged, tagged_processes
 
 SWEEP_S = 5.0  # a node being started as the controller died may appear a moment later
@@ -30,7 +32,7 @@ def sweep(run_id: str, addresses: list[str]) -> list[str]:
         time.sleep(0.1)
         if not tagged_processes(run_id) or time.monotonic() >= deadline:
             break
-    rules = remove_iptables_rules(addresses)
+    rules = remove_iptables_rules(addresses, run_id=run_id)
     return [f"process {pid}" for pid in sorted(killed)] + rules
 
 
@@ -39,6 +41,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m harness.watchdog RUN_ID ADDRESS...", file=sys.stderr)
         return 2
     run_id, addresses = argv[0], argv[1:]
+    try:
+        check_run_id(run_id)  # an empty id would tag nothing, or worse, in a later filter
+    except ValueError as e:
+        print(f"watchdog: {e}", file=sys.stderr)
+        return 2
     for sig in (signal.SIGINT, signal.SIGHUP):  # only the pipe decides when to sweep
         signal.signal(sig, signal.SIG_IGN)
     os.write(1, b"ready\n")

@@ -31,9 +31,8 @@ from pyspark.sql import types as T
 
 from checker.catalog_index import RUN
 from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, schema, validate_history_file
+from contract.rundir import HISTORY, HISTORY_COLUMNAR, HISTORY_PARQUET
 
-PARQUET_DIR = "history.parquet"
-COLUMNAR_FILE = "history.columnar.parquet"
 # footer keys of the recorder's copy (workloads.history writes them when it closes)
 META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
@@ -280,12 +279,14 @@ def ingest_histories(
         except ContractError as e:
             failed[r] = e
             if not o.in_place:
-                shutil.rmtree(o.source.parent / PARQUET_DIR, ignore_errors=True)
+                shutil.rmtree(o.source.parent / HISTORY_PARQUET, ignore_errors=True)
             continue
         runs[r] = Validated(count, truncated, o.used)
         if o.stamp is not None:
             stamp = {**o.stamp, "count": count, "truncated_tail": truncated, "from": o.used}
-            (o.source.parent / PARQUET_DIR / SOURCE_STAMP).write_text(json.dumps(stamp), "utf-8")
+            (o.source.parent / HISTORY_PARQUET / SOURCE_STAMP).write_text(
+                json.dumps(stamp), "utf-8"
+            )
     frames = [tagged[r] for r in opened if r in runs and r not in in_place]
     if kept is not None and any(r in runs for r in in_place):
         passed = [r for r in in_place if r in runs]
@@ -316,27 +317,29 @@ def _union_all(frames: Sequence[DataFrame]) -> DataFrame:
 def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) -> _Opened:
     """One run's history as read (the cache, the columnar copy, or history.jsonl parsed into the
     cache, with a small one checked by the Python validator meanwhile); ContractError."""
-    source = run_dir / "history.jsonl"
+    source = run_dir / HISTORY
     if not source.exists():
-        raise ContractError("history.jsonl", None, None, "missing from the run directory")
+        raise ContractError(HISTORY, None, None, "missing from the run directory")
     stat = source.stat()
     stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": FORMAT_VERSION}
-    parquet = run_dir / PARQUET_DIR
+    parquet = run_dir / HISTORY_PARQUET
     stamp_file = parquet / SOURCE_STAMP
     if stamp_file.exists() and _stamp_matches(stamp_file, stamp):
         saved = json.loads(stamp_file.read_text("utf-8"))
-        known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), PARQUET_DIR)
-        return _Opened(spark.read.parquet(str(parquet)), source, PARQUET_DIR, known=known)
-    rows = columnar_rows(run_dir / COLUMNAR_FILE, stat.st_size)
+        known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), HISTORY_PARQUET)
+        return _Opened(spark.read.parquet(str(parquet)), source, HISTORY_PARQUET, known=known)
+    rows = columnar_rows(run_dir / HISTORY_COLUMNAR, stat.st_size)
     if rows is not None and rows <= IN_PLACE_MAX_EVENTS:
         # typed with the batch's other copies (ingest_histories)
-        raw = _scan_columnar(spark, run_dir / COLUMNAR_FILE)
-        return _Opened(raw, source, COLUMNAR_FILE, in_place=True)
+        raw = _scan_columnar(spark, run_dir / HISTORY_COLUMNAR)
+        return _Opened(raw, source, HISTORY_COLUMNAR, in_place=True)
     if parquet.exists():
         shutil.rmtree(parquet)
     truncated = False
     if rows is not None:
-        _read_columnar(spark, run_dir / COLUMNAR_FILE).write.mode("overwrite").parquet(str(parquet))
+        _read_columnar(spark, run_dir / HISTORY_COLUMNAR).write.mode("overwrite").parquet(
+            str(parquet)
+        )
     else:
         # The full JSON Schema check of a small history runs in Python beside Spark's parse (the
         # JVM does not hold the GIL), so it costs the longer of the two, not their sum.
@@ -352,7 +355,7 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
                     except ContractError:
                         shutil.rmtree(parquet, ignore_errors=True)
                         raise
-    used = COLUMNAR_FILE if rows is not None else "history.jsonl"
+    used = HISTORY_COLUMNAR if rows is not None else HISTORY
     raw = spark.read.parquet(str(parquet))
     return _Opened(raw, source, used, torn_known=truncated, stamp=stamp)
 
@@ -722,8 +725,8 @@ def _judge_parts(
     validate_history_file(source)
     first = _first_problem_line(raw, parts)
     if first is not None:
-        raise ContractError("history.jsonl", first[0], None, first[1])
-    raise ContractError("history.jsonl", None, None, "lines out of order")
+        raise ContractError(HISTORY, first[0], None, first[1])
+    raise ContractError(HISTORY, None, None, "lines out of order")
 
 
 def _ascending(raw: DataFrame) -> bool:
@@ -789,7 +792,7 @@ def load_runs(spark: SparkSession, root: Path) -> DataFrame:
 
     Each run is ingested (and validated) as `analyze` ingests it: its Parquet cache, its
     complete columnar copy, or its JSONL parsed once; an invalid run raises ContractError."""
-    runs = sorted(p for p in root.iterdir() if (p / "history.jsonl").exists())
+    runs = sorted(p for p in root.iterdir() if (p / HISTORY).exists())
     frames = [ingest_history(spark, run).events.withColumn("run", F.lit(run.name)) for run in runs]
     if not frames:
         raise ContractError(str(root), None, None, "holds no run directory with a history.jsonl")

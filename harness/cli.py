@@ -20,9 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
+from contract.rundir import RESULTS, RUN_JSON
 from harness.cli_parser import build_parser
 from harness.cluster import ProvisionError, docker_answers, resolve_backend
-from harness.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
 from harness.nightly import (
     MatrixError,
     NightlyCell,
@@ -230,7 +231,7 @@ def _execute(
 
 def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
     """The run's last line: its directory, verdict, the faults that ran and the exit code."""
-    results_path = outcome.run_dir / "results.json"
+    results_path = outcome.run_dir / RESULTS
     verdict = "not analyzed"
     if results_path.is_file():
         results = json.loads(results_path.read_text())
@@ -257,7 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def gate(run_dir: Path, expect: Sequence[str]) -> int:
     """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise, 2 unknown.
     The judgement is reports.expectation's, the same the report, junit.xml and nightly show."""
-    verdict = judge(json.loads((run_dir / "results.json").read_text()), expect)
+    verdict = judge(json.loads((run_dir / RESULTS).read_text()), expect)
     if verdict.status == "unknown":
         return EXIT_UNKNOWN
     print(f"gate: {verdict.describe()}")
@@ -266,7 +267,7 @@ def gate(run_dir: Path, expect: Sequence[str]) -> int:
 
 def cmd_repro(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
-    run_json = run_dir / "run.json"
+    run_json = run_dir / RUN_JSON
     if not run_json.is_file():
         raise BadInput(f"RUN_DIR: no run.json in {args.run_dir}")
     try:
@@ -289,7 +290,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 def _classes(run_dir: Path) -> set[str] | None:
     """Anomaly classes of an analyzed run (None: not analyzed or verdict unknown)."""
-    path = run_dir / "results.json"
+    path = run_dir / RESULTS
     if not path.is_file():
         return None
     results = json.loads(path.read_text())

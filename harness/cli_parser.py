@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from harness.exit_codes import EXIT_BAD_INPUT
+from contract.exit_codes import EXIT_BAD_INPUT
 from harness.spark_cli import add_spark_commands
 from sim.sweep import add_sweep_command
 

@@ -28,7 +28,8 @@ from pydantic import (
     ValidationError,
 )
 
-from harness.exit_codes import EXIT_CRASH
+from contract.exit_codes import EXIT_CRASH
+from contract.rundir import RESULTS, RUN_JSON
 from harness.options import RunOptions
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
@@ -333,7 +334,7 @@ def judge_together(
     waiting = [
         o
         for o in outcomes
-        if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / "results.json").exists()
+        if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / RESULTS).exists()
     ]
     if not waiting:
         return list(outcomes), None
@@ -348,7 +349,7 @@ def judge_together(
     except Exception as e:  # a bug of the checker: the summary is still written, and shows it
         log.exception("the checker crashed judging the night's runs")
         crash = "".join(traceback.format_exception_only(e)).strip()
-        found = [read_json(d / "results.json") for d in run_dirs]
+        found = [read_json(d / RESULTS) for d in run_dirs]
     judged: dict[str, CellOutcome] = {}
     for outcome, run_dir, results in zip(waiting, run_dirs, found, strict=True):
         if not isinstance(results, dict):
@@ -397,7 +398,7 @@ def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...
     """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
     as the harness wrote it), so the night judges as the run's own report and junit.xml do;
     the matrix's when run.json has no such field."""
-    run = read_json(run_dir / "run.json")
+    run = read_json(run_dir / RUN_JSON)
     if isinstance(run, dict) and "expect" in run:
         return expect_of(run)
     return matrix_expect

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from contract.rundir import REPORT, RESULTS, RUN_JSON, RUN_MARKERS
 from reports.expectation import expect_of
 from reports.html import banner_of
-from reports.rundata import RUN_MARKERS
 from reports.templating import render
 
 MAX_DEPTH = 5
@@ -67,8 +67,8 @@ def find_runs(store: Path) -> list[RunEntry]:
         if not any(m in filenames for m in RUN_MARKERS):
             continue
         dirnames[:] = []  # a run directory's subdirectories (plots/, logs/) are not runs
-        run = _load(here / "run.json") or {}
-        results = _load(here / "results.json")
+        run = _load(here / RUN_JSON) or {}
+        results = _load(here / RESULTS)
         banner = banner_of(results if isinstance(results, dict) else None, expect_of(run))
         cls, text = banner.css_class, banner.headline
         start = run.get("start_wall_ms")
@@ -83,7 +83,7 @@ def find_runs(store: Path) -> list[RunEntry]:
                 verdict_class=cls,
                 verdict_text=text,
                 anomalies=anomalies,
-                has_report=(here / "report.html").exists(),
+                has_report=(here / REPORT).exists(),
                 has_timeline=(here / "timeline.html").exists(),
             )
         )

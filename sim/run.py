@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.exit_codes import EXIT_UNKNOWN
+from contract.exit_codes import EXIT_UNKNOWN
+from contract.rundir import RESULTS
 from harness.options import RunOptions
 from harness.run import build_schedule, run_json
 from harness.store import RunDir, new_run_dir, write_json, write_jsonl
@@ -122,7 +123,7 @@ def analyze_dir(
         code = int(exit_code(results))
     except Exception as e:
         log.error("analysis failed: %s", e)
-        write_json(run_dir / "results.json", _unknown([f"analysis failed: {e}"]))
+        write_json(run_dir / RESULTS, _unknown([f"analysis failed: {e}"]))
         return EXIT_UNKNOWN
     if code == 0 and not report_valid:
         return code

@@ -27,10 +27,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contract.rundir import COLUMNAR_SUFFIX
+
 CLIENT_COMPLETIONS = ("ok", "fail", "info")
 FSYNC_INTERVAL_NS = 100_000_000
 _TS_FIELDS = ("activation_ts", "commit_ts", "begin_ts", "op_ts", "ts")
-COLUMNAR_SUFFIX = ".columnar.parquet"
 # footer keys the checker compares with history.jsonl before trusting the copy
 META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"

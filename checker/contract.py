@@ -1,8 +1,8 @@
 """The run-directory contract as JSON Schema, and line-by-line validation of its small files.
 
-`history_schema.json` is the one statement of the contract in this repository: other parts
-validate what they write with `validator("event")`, and the checker validates run.json,
-catalog.jsonl and (when small) history.jsonl with it, naming file, line and field on failure.
+The JSON Schema is derived from the one statement of the contract (contract.history_shape):
+other parts validate what they write with `validator("event")`, and the checker validates
+run.json, catalog.jsonl and (when small) history.jsonl with it, naming file, line and field.
 """
 
 from __future__ import annotations
@@ -10,17 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import fastjsonschema
 import jsonschema
 
+from contract.history_shape import json_schema
 from contract.rundir import CATALOG, HISTORY, RUN_JSON
-
-EVENT_TYPES = ("invoke", "ok", "fail", "info")
-CLIENT_FS = ("ddl", "txn", "probe", "final-read")
 
 
 class ContractError(Exception):
@@ -41,10 +38,8 @@ class ContractError(Exception):
 
 @cache
 def schema() -> dict[str, Any]:
-    """The parsed `history_schema.json` (the root validates one event)."""
-    text = resources.files("checker").joinpath("history_schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+    """The contract's JSON Schema (the root validates one event), built once."""
+    return json_schema()
 
 
 @cache

@@ -23,14 +23,17 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from checker.catalog_index import RUN
-from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, schema, validate_history_file
+from checker.contract import ContractError, validate_history_file
+from contract.history_shape import CLIENT_FS, DDL_KINDS, EVENT_TYPES, OP_KINDS, arrow_schema
 from contract.rundir import HISTORY, HISTORY_COLUMNAR, HISTORY_PARQUET
 
 # footer keys of the recorder's copy (workloads.history writes them when it closes)
@@ -49,76 +52,30 @@ IN_PLACE_MAX_EVENTS = 200_000
 # The runs of a batch opened (a JSONL one parsed into its cache) at once
 OPEN_THREADS = 4
 
-# the enums the Python validator holds every line to, from the one statement of the contract
-DDL_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["ddl_kind"]["enum"])
-OP_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["micro_op"]["properties"]["op"]["enum"])
 
 CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
 # foreign harness's own events) are not a client's, and a client operation from one breaks the
 # contract
 CLIENT_PROCESS = r"^-?[0-9]+$"
-L = T.LongType()
 S = T.StringType()
 
 
-def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
-    return T.StructType([T.StructField(n, t, True) for n, t in fields])
+def columnar_spark_schema() -> T.StructType:
+    """The recorder's columns as Spark reads them (the event's typed columns and its value's
+    JSON text): the contract's Arrow schema, converted, so the two never differ."""
+    return from_arrow_schema(arrow_schema())
 
 
-OP_SCHEMA = _struct(
-    ("op", S),
-    ("table", S),
-    ("key", L),
-    ("row", S),
-    ("index", S),
-    ("lookup", S),
-    ("op_ts", L),
-    ("node", S),
-    ("schema_version", L),
-    ("result", S),
+COLUMNAR_SCHEMA = columnar_spark_schema()
+# a line as parsed: the same columns but the value's text, and the whole line when a field could
+# not be read as its type (a string or a float where the contract says int, an integer beyond
+# 64 bits): without it the field is just null
+LINE_SCHEMA = T.StructType(
+    [f for f in COLUMNAR_SCHEMA.fields if f.name != "value_json"]
+    + [T.StructField(CORRUPT, S, True)]
 )
-VALUE_SCHEMA = _struct(
-    ("stmt", S),
-    ("table", S),
-    ("kind", S),
-    ("catalog_version", L),
-    ("activation_ts", L),
-    ("index", S),
-    ("ops", T.ArrayType(OP_SCHEMA)),
-    ("txn_id", S),
-    ("begin_ts", L),
-    ("commit_ts", L),
-    ("tables", T.MapType(S, _struct(("base_ts", L), ("schema_version", L)))),
-    (
-        "participants",
-        T.ArrayType(
-            _struct(("node", S), ("table", S), ("partition", L), ("commit_schema_version", L))
-        ),
-    ),
-    ("ts", L),
-    ("table_schema_version", L),
-    ("columns", S),
-    ("schema_version", L),
-    ("rows", T.ArrayType(_struct(("key", L), ("row", S)))),
-    ("entries", T.ArrayType(_struct(("key", L), ("values", S)))),
-    # not in the contract (our own extra field): any numbers, so a foreign float is no error
-    ("safe_time_waits", _struct(*((n, T.DoubleType()) for n in ("count", "total_ms", "max_ms")))),
-)
-ERROR_SCHEMA = _struct(("code", S), ("message", S), ("retriable", T.BooleanType()))
-LINE_SCHEMA = _struct(
-    ("index", L),
-    ("time", L),
-    ("type", S),
-    ("process", S),
-    ("f", S),
-    ("node", S),
-    ("value", VALUE_SCHEMA),
-    ("error", ERROR_SCHEMA),
-    # the whole line, when a field could not be read as its type (a string or a float where
-    # the contract says int, an integer beyond 64 bits): without it the field is just null
-    (CORRUPT, S),
-)
+VALUE_SCHEMA = cast(T.StructType, LINE_SCHEMA["value"].dataType)
 
 
 # The value fields the contract types for each client event (history.md, by f and type), for
@@ -162,11 +119,6 @@ PERMISSIVE = {
     "columnNameOfCorruptRecord": CORRUPT,
     "allowNonNumericNumbers": "false",
 }
-
-# the recorder's columns: the parsed line without its parse-error column
-COLUMNAR_SCHEMA = T.StructType([f for f in LINE_SCHEMA.fields if f.name != CORRUPT]).add(
-    "value_json", S
-)
 
 
 @dataclass(frozen=True)

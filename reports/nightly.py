@@ -66,19 +66,16 @@ EVENT_COLUMNS = ("index", "time", "type", "process", "f", "node", "code", "run")
 
 
 def _history_schema() -> Any:
+    """The checker's event schema, cut to the columns the trends read (and the error's code)."""
     from pyspark.sql import types as T
 
-    return T.StructType(
-        [
-            T.StructField("index", T.LongType()),
-            T.StructField("time", T.LongType()),
-            T.StructField("type", T.StringType()),
-            T.StructField("process", T.StringType()),
-            T.StructField("f", T.StringType()),
-            T.StructField("node", T.StringType()),
-            T.StructField("error", T.StructType([T.StructField("code", T.StringType())])),
-        ]
-    )
+    from checker.ingest import LINE_SCHEMA
+
+    kept = [f for f in LINE_SCHEMA.fields if f.name in EVENT_COLUMNS]
+    error = LINE_SCHEMA["error"].dataType
+    assert isinstance(error, T.StructType)
+    code = T.StructType([f for f in error.fields if f.name == "code"])
+    return T.StructType([*kept, T.StructField("error", code, True)])
 
 
 def _events_frame(spark: Any, run_dirs: Sequence[Path]) -> Any:

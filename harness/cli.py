@@ -20,12 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS, RUN_JSON
 from harness.cli_parser import build_parser
 from harness.cluster import ProvisionError, docker_answers, resolve_backend
 from harness.nightly import (
-    MatrixError,
     NightlyCell,
     RunOutcomeLike,
     cell_options,
@@ -36,7 +36,7 @@ from harness.nightly import (
 from harness.options import RunOptions, options_from_run_json
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
-from harness.remote_ssh import NodesFileError, load_nodes_file
+from harness.remote_ssh import load_nodes_file
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
 from harness.target import SettingsChecker, SettingsError
@@ -48,7 +48,7 @@ from sim.run import SimOutcome, run_sim
 from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
-from workloads.scenario import ScenarioError, load_run_options, load_scenario
+from workloads.scenario import load_run_options, load_scenario
 
 ROOT_NEMESES = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
 
@@ -60,17 +60,16 @@ class BadInput(Exception):
 # -- run -----------------------------------------------------------------------------------
 
 
-def _scenario_problem(where: str, e: ScenarioError) -> BadInput:
+def _scenario_problem(where: str, e: ConfigError) -> BadInput:
     """`<where>: <file>[: <key>]: <why>`; TOML syntax errors carry their line and column."""
-    place = e.path if e.key == "-" else f"{e.path}: {e.key}"
-    return BadInput(f"{where}: {place}: {e.why}")
+    return BadInput(f"{where}: {e}")
 
 
 def _scenario_fields(path: Path) -> dict[str, Any]:
     """The run options a scenario sets, by RunOptions field name."""
     try:
         return load_run_options(path)
-    except ScenarioError as e:
+    except ConfigError as e:
         raise _scenario_problem("--scenario", e) from e
 
 
@@ -100,7 +99,7 @@ def _validate(opts: RunOptions) -> None:
         try:
             target.check_settings(opts.target_config)
         except SettingsError as e:
-            flag = _SETTING_FLAGS.get(e.key)
+            flag = _SETTING_FLAGS.get(e.key or "")
             if opts.scenario is not None:
                 where = f"--scenario: {opts.scenario}: target.{e.key}"
                 where += f" (or {flag})" if flag else ""
@@ -123,7 +122,7 @@ def _validate(opts: RunOptions) -> None:
             raise BadInput("--nodes-file: required with --backend ssh")
         try:
             load_nodes_file(opts.nodes_file)
-        except NodesFileError as e:
+        except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
     elif opts.nodes_file is not None and not opts.nodes_file.is_file():
         raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
@@ -378,7 +377,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.nodes_file is not None:
         try:
             load_nodes_file(args.nodes_file)
-        except NodesFileError as e:
+        except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
     removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
     for item in removed:
@@ -394,13 +393,13 @@ def _check_matrix(path: Path, backend: str | None = None) -> None:
         raise BadInput(f"--matrix: file not found: {path}")
     try:
         matrix = load_matrix(path)
-    except MatrixError as e:
+    except ConfigError as e:
         raise BadInput(f"--matrix: {e}") from e
     for scenario in matrix.scenarios:
         if scenario.scenario_file:
             try:
                 load_scenario(Path(scenario.scenario_file))
-            except ScenarioError as e:
+            except ConfigError as e:
                 where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
                 raise _scenario_problem(where, e) from e
     # every cell as `run` would check it (a target setting, a toggle, a nemesis for the

@@ -213,13 +213,14 @@ def unknown_results(errors: list[str]) -> dict[str, Any]:
 
 def _node_layout(opts: RunOptions, backend: str) -> list[str]:
     if backend == "ssh":
-        from harness.remote_ssh import NodesFileError, load_nodes_file
+        from contract.config_error import ConfigError
+        from harness.remote_ssh import load_nodes_file
 
         if opts.nodes_file is None:
             raise ProvisionError("--nodes-file is required with --backend ssh")
         try:
             return [h.name for h in load_nodes_file(opts.nodes_file)]
-        except NodesFileError as e:
+        except ConfigError as e:
             raise ProvisionError(str(e)) from e
     return node_names(opts.nodes)
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_UNKNOWN
 from contract.rundir import RESULTS
 from harness.options import RunOptions
@@ -46,7 +47,7 @@ from workloads import build_generator
 from workloads.final import final_reads, tables_and_indexes
 from workloads.history import HistoryRecorder
 from workloads.runner import run_clients
-from workloads.scenario import ScenarioError, load_run_options
+from workloads.scenario import load_run_options
 
 log = logging.getLogger("schemachaos.sim")
 
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--scenario FILE is required")
     try:
         opts = options_from_args(args)
-    except (ScenarioError, OSError, ValueError) as e:
+    except (ConfigError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     outcome = run_sim(opts)

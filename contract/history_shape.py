@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,7 +68,7 @@ class Struct:
         return next(f for f in self.fields if f.name == name)
 
 
-Shape = Union[Scalar, ListOf, MapOf, Struct]  # noqa: UP007 (a runtime alias, before 3.12)
+Shape = Scalar | ListOf | MapOf | Struct
 
 
 @dataclass(frozen=True)

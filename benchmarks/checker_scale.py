@@ -52,8 +52,8 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from checker.analyze import AnalyzeOptions, analyze_run
-from checker.ingest import PARQUET_DIR
 from checker.session import build_session, connect_session
+from contract.rundir import HISTORY_PARQUET
 from tests.synth import generate_run
 
 
@@ -139,7 +139,7 @@ def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
         t = time.monotonic()
         n = generate_run(run, seed=size, events=size)
         print(f"generated {n} events in {time.monotonic() - t:.1f} s", flush=True)
-    shutil.rmtree(run / PARQUET_DIR, ignore_errors=True)
+    shutil.rmtree(run / HISTORY_PARQUET, ignore_errors=True)
     with HeapPeak(spark) as heap:
         t = time.monotonic()
         first = analyze_run(run, spark=spark)
@@ -147,8 +147,8 @@ def measure(spark: SparkSession, run: Path, size: int) -> dict[str, Any]:
         t = time.monotonic()
         again = analyze_run(run, spark=spark)
         again_s = time.monotonic() - t
-    scan_s = min(bare_scan(spark, run / PARQUET_DIR) for _ in range(2))
-    pairing_s = min(pairing_floor(spark, run / PARQUET_DIR) for _ in range(2))
+    scan_s = min(bare_scan(spark, run / HISTORY_PARQUET) for _ in range(2))
+    pairing_s = min(pairing_floor(spark, run / HISTORY_PARQUET) for _ in range(2))
     n = int(first["stats"]["events"])
     assert first["valid"] is True and again["valid"] is True, (
         first["errors"],
@@ -205,7 +205,9 @@ BARE_UNARCHIVED = BARE.replace(
 def _fresh(run: Path, dest: Path) -> Path:
     """A copy of `run` without the checker's own cache (a first analysis)."""
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(run, dest, ignore=shutil.ignore_patterns(PARQUET_DIR, "results.json", "nodes"))
+    shutil.copytree(
+        run, dest, ignore=shutil.ignore_patterns(HISTORY_PARQUET, "results.json", "nodes")
+    )
     return dest
 
 
@@ -290,13 +292,13 @@ def ratios(
         synth = work / f"foreign-{foreign}"
         if not (synth / "history.jsonl").exists():
             generate_run(synth, seed=foreign, events=foreign)
-        shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
+        shutil.rmtree(synth / HISTORY_PARQUET, ignore_errors=True)
         first = _timed(ANALYZE, master, str(synth))
         scan = _timed(BARE, master, str(synth / "history.jsonl"))
         print(f"{foreign} foreign JSONL events: analyze {first:.1f} s / bare inferred scan+count"
               f" {scan:.1f} s = {first / scan:.2f}x (target <= 3x)", flush=True)  # fmt: skip
         if floors:
-            shutil.rmtree(synth / PARQUET_DIR, ignore_errors=True)
+            shutil.rmtree(synth / HISTORY_PARQUET, ignore_errors=True)
             _print_floor("the foreign JSONL", [str(synth)], master, scan)
 
 

@@ -42,6 +42,8 @@ from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, Validated, ingest_histor
 from checker.run_facts import with_facts
 from checker.session import build_session, local_heap_bytes
 from checker.stats import StatsOptions, compute_stats
+from contract.exit_codes import EXIT_ANOMALIES, EXIT_UNKNOWN, EXIT_VALID
+from contract.rundir import HISTORY, RESULTS
 
 Check = Callable[[RunFrames, CatalogIndex], DataFrame]
 
@@ -173,7 +175,7 @@ def analyze_runs(
         for i, d in enumerate(run_dirs):
             if options.write_results and i in results and Path(d).is_dir():
                 text = json.dumps(results[i], indent=2, default=str) + "\n"
-                (Path(d) / "results.json").write_text(text)
+                (Path(d) / RESULTS).write_text(text)
     if crashes:  # every run that could be judged has its results.json; the crash still shows
         raise crashes[0]
     return [results[i] for i in range(len(run_dirs))]
@@ -230,8 +232,8 @@ def _read_small_files(run: int, run_dir: Path) -> _Readable:
         raise ContractError(str(run_dir), None, None, "not a run directory")
     meta = read_run_json(run_dir)
     lines = read_catalog_lines(run_dir)  # read once: 34k versions take 4 s to validate
-    if not (run_dir / "history.jsonl").exists():
-        raise ContractError("history.jsonl", None, None, "missing from the run directory")
+    if not (run_dir / HISTORY).exists():
+        raise ContractError(HISTORY, None, None, "missing from the run directory")
     return _Readable(run, run_dir, meta, lines, _history_bytes(run_dir))
 
 
@@ -255,7 +257,7 @@ def batches(runs: Sequence[_Readable]) -> list[list[_Readable]]:
 
 def _history_bytes(run_dir: Path) -> int:
     try:
-        return (Path(run_dir) / "history.jsonl").stat().st_size
+        return (Path(run_dir) / HISTORY).stat().st_size
     except OSError:
         return 0
 
@@ -274,10 +276,10 @@ def exit_code(results: dict[str, Any]) -> int:
     """0 valid, 1 anomalies, 2 unknown (255 is the CLI's own crash)."""
     valid = results.get("valid")
     if valid is True:
-        return 0
+        return EXIT_VALID
     if valid is False:
-        return 1
-    return 2
+        return EXIT_ANOMALIES
+    return EXIT_UNKNOWN
 
 
 def _unknown(errors: list[str], started: float) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pyspark import SparkContext
 from checker.analyze import AnalyzeOptions, analyze_run
 from checker.session import CLASS_ARCHIVE as ARCHIVE
 from checker.session import build_session
+from contract.exit_codes import EXIT_BAD_INPUT
 
 
 def build(run_dir: Path) -> Path:
@@ -53,7 +54,7 @@ def build(run_dir: Path) -> Path:
 def main() -> int:
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
         print("usage: python -m checker.class_archive RUN_DIR", file=sys.stderr)
-        return 254
+        return EXIT_BAD_INPUT
     ARCHIVE.unlink(missing_ok=True)  # the JVM must not map the old one while it dumps
     path = build(Path(sys.argv[1]))
     print(f"class archive: {path} ({path.stat().st_size // 2**20} MiB)")

@@ -15,16 +15,14 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-INTERRUPTED = 130
-BAD_INPUT = 254
-CRASH = 255
+from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line and exit 254, not its usual 2 (a verdict here)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(BAD_INPUT, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,18 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run_dir.is_dir():
         why = "not a directory" if args.run_dir.exists() else "not found"
         print(f"checker: RUN_DIR: {why}: {args.run_dir}", file=sys.stderr)
-        return BAD_INPUT
+        return EXIT_BAD_INPUT
     try:
         from checker.analyze import analyze_run, exit_code
 
         results = analyze_run(args.run_dir, args.spark_master, spark_remote=args.spark_remote)
     except KeyboardInterrupt:
         print("checker: interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     except Exception as e:  # the tool itself failed: say so, distinctly from a verdict
         traceback.print_exc(file=sys.stderr)
         print(f"checker crashed: {type(e).__name__}: {e}", file=sys.stderr)
-        return CRASH
+        return EXIT_CRASH
     code = exit_code(results)
     print(f"valid: {results['valid']}  ({len(results['anomalies'])} anomalies)")
     if not args.quiet:

@@ -1,8 +1,8 @@
 """The run-directory contract as JSON Schema, and line-by-line validation of its small files.
 
-`history_schema.json` is the one statement of the contract in this repository: other parts
-validate what they write with `validator("event")`, and the checker validates run.json,
-catalog.jsonl and (when small) history.jsonl with it, naming file, line and field on failure.
+The JSON Schema is derived from the one statement of the contract (contract.history_shape):
+other parts validate what they write with `validator("event")`, and the checker validates
+run.json, catalog.jsonl and (when small) history.jsonl with it, naming file, line and field.
 """
 
 from __future__ import annotations
@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import fastjsonschema
 import jsonschema
 
-EVENT_TYPES = ("invoke", "ok", "fail", "info")
-CLIENT_FS = ("ddl", "txn", "probe", "final-read")
+from contract.history_shape import json_schema
+from contract.rundir import CATALOG, HISTORY, RUN_JSON
 
 
 class ContractError(Exception):
@@ -39,10 +38,8 @@ class ContractError(Exception):
 
 @cache
 def schema() -> dict[str, Any]:
-    """The parsed `history_schema.json` (the root validates one event)."""
-    text = resources.files("checker").joinpath("history_schema.json").read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+    """The contract's JSON Schema (the root validates one event), built once."""
+    return json_schema()
 
 
 @cache
@@ -103,37 +100,37 @@ def _short(message: str) -> str:
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
     """run.json, validated; raises ContractError naming the field."""
-    path = run_dir / "run.json"
+    path = run_dir / RUN_JSON
     if not path.exists():
-        raise ContractError("run.json", None, None, "missing from the run directory")
+        raise ContractError(RUN_JSON, None, None, "missing from the run directory")
     try:
         doc = strict_json(path.read_text("utf-8"))
     except json.JSONDecodeError as e:
-        raise ContractError("run.json", e.lineno, None, f"not valid JSON ({e.msg})") from None
+        raise ContractError(RUN_JSON, e.lineno, None, f"not valid JSON ({e.msg})") from None
     except (ValueError, RecursionError) as e:
-        raise ContractError("run.json", None, None, f"not valid JSON ({e})") from None
+        raise ContractError(RUN_JSON, None, None, f"not valid JSON ({e})") from None
     problem = first_problem("run", doc)
     if problem is not None:
-        raise ContractError("run.json", None, problem[0], problem[1])
+        raise ContractError(RUN_JSON, None, problem[0], problem[1])
     result: dict[str, Any] = doc
     return result
 
 
 def read_catalog_lines(run_dir: Path) -> list[dict[str, Any]]:
     """Every catalog.jsonl line, validated and in file order; raises ContractError."""
-    path = run_dir / "catalog.jsonl"
+    path = run_dir / CATALOG
     if not path.exists():
-        raise ContractError("catalog.jsonl", None, None, "missing from the run directory")
+        raise ContractError(CATALOG, None, None, "missing from the run directory")
     lines: list[dict[str, Any]] = []
     line_of: dict[int, int] = {}
-    for number, doc in _json_lines(path, "catalog.jsonl"):
+    for number, doc in _json_lines(path, CATALOG):
         problem = first_problem("catalog_line", doc)
         if problem is not None:
-            raise ContractError("catalog.jsonl", number, problem[0], problem[1])
+            raise ContractError(CATALOG, number, problem[0], problem[1])
         version = doc["catalog_version"]
         if version in line_of:  # two answers to cat(ts) for the same version
             raise ContractError(
-                "catalog.jsonl",
+                CATALOG,
                 number,
                 "catalog_version",
                 f"is {version}, as on line {line_of[version]} (one line per catalog version)",
@@ -142,7 +139,7 @@ def read_catalog_lines(run_dir: Path) -> list[dict[str, Any]]:
         lines.append(doc)
     if not lines:
         raise ContractError(
-            "catalog.jsonl",
+            CATALOG,
             None,
             None,
             "is empty (at least the first catalog version must be there)",
@@ -158,24 +155,24 @@ def validate_history_file(path: Path) -> tuple[int, bool]:
     """
     count = previous = 0
     truncated = False
-    for number, doc in _json_lines(path, "history.jsonl", allow_torn_tail=True):
+    for number, doc in _json_lines(path, HISTORY, allow_torn_tail=True):
         if doc is _TORN:
             truncated = True
             break
         problem = first_problem("event", doc)
         if problem is not None:
-            raise ContractError("history.jsonl", number, problem[0], problem[1])
+            raise ContractError(HISTORY, number, problem[0], problem[1])
         # "unique, ascending from 0": the first is 0, each above the one before (gaps allowed)
         if count == 0 and doc["index"] != 0:
             raise ContractError(
-                "history.jsonl",
+                HISTORY,
                 number,
                 "index",
                 f"is {doc['index']}, but the first event's must be 0",
             )
         if count and doc["index"] <= previous:
             raise ContractError(
-                "history.jsonl",
+                HISTORY,
                 number,
                 "index",
                 f"is {doc['index']}, not above line {number - 1}'s {previous} "

@@ -23,17 +23,19 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from checker.catalog_index import RUN
-from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, schema, validate_history_file
+from checker.contract import ContractError, validate_history_file
+from contract.history_shape import CLIENT_FS, DDL_KINDS, EVENT_TYPES, OP_KINDS, arrow_schema
+from contract.rundir import HISTORY, HISTORY_COLUMNAR, HISTORY_PARQUET
 
-PARQUET_DIR = "history.parquet"
-COLUMNAR_FILE = "history.columnar.parquet"
 # footer keys of the recorder's copy (workloads.history writes them when it closes)
 META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
@@ -50,76 +52,30 @@ IN_PLACE_MAX_EVENTS = 200_000
 # The runs of a batch opened (a JSONL one parsed into its cache) at once
 OPEN_THREADS = 4
 
-# the enums the Python validator holds every line to, from the one statement of the contract
-DDL_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["ddl_kind"]["enum"])
-OP_KINDS: tuple[str, ...] = tuple(schema()["$defs"]["micro_op"]["properties"]["op"]["enum"])
 
 CORRUPT = "_corrupt"
 # a client event's process is a number; "nemesis" and any other string (monitor samples, a
 # foreign harness's own events) are not a client's, and a client operation from one breaks the
 # contract
 CLIENT_PROCESS = r"^-?[0-9]+$"
-L = T.LongType()
 S = T.StringType()
 
 
-def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
-    return T.StructType([T.StructField(n, t, True) for n, t in fields])
+def columnar_spark_schema() -> T.StructType:
+    """The recorder's columns as Spark reads them (the event's typed columns and its value's
+    JSON text): the contract's Arrow schema, converted, so the two never differ."""
+    return from_arrow_schema(arrow_schema())
 
 
-OP_SCHEMA = _struct(
-    ("op", S),
-    ("table", S),
-    ("key", L),
-    ("row", S),
-    ("index", S),
-    ("lookup", S),
-    ("op_ts", L),
-    ("node", S),
-    ("schema_version", L),
-    ("result", S),
+COLUMNAR_SCHEMA = columnar_spark_schema()
+# a line as parsed: the same columns but the value's text, and the whole line when a field could
+# not be read as its type (a string or a float where the contract says int, an integer beyond
+# 64 bits): without it the field is just null
+LINE_SCHEMA = T.StructType(
+    [f for f in COLUMNAR_SCHEMA.fields if f.name != "value_json"]
+    + [T.StructField(CORRUPT, S, True)]
 )
-VALUE_SCHEMA = _struct(
-    ("stmt", S),
-    ("table", S),
-    ("kind", S),
-    ("catalog_version", L),
-    ("activation_ts", L),
-    ("index", S),
-    ("ops", T.ArrayType(OP_SCHEMA)),
-    ("txn_id", S),
-    ("begin_ts", L),
-    ("commit_ts", L),
-    ("tables", T.MapType(S, _struct(("base_ts", L), ("schema_version", L)))),
-    (
-        "participants",
-        T.ArrayType(
-            _struct(("node", S), ("table", S), ("partition", L), ("commit_schema_version", L))
-        ),
-    ),
-    ("ts", L),
-    ("table_schema_version", L),
-    ("columns", S),
-    ("schema_version", L),
-    ("rows", T.ArrayType(_struct(("key", L), ("row", S)))),
-    ("entries", T.ArrayType(_struct(("key", L), ("values", S)))),
-    # not in the contract (our own extra field): any numbers, so a foreign float is no error
-    ("safe_time_waits", _struct(*((n, T.DoubleType()) for n in ("count", "total_ms", "max_ms")))),
-)
-ERROR_SCHEMA = _struct(("code", S), ("message", S), ("retriable", T.BooleanType()))
-LINE_SCHEMA = _struct(
-    ("index", L),
-    ("time", L),
-    ("type", S),
-    ("process", S),
-    ("f", S),
-    ("node", S),
-    ("value", VALUE_SCHEMA),
-    ("error", ERROR_SCHEMA),
-    # the whole line, when a field could not be read as its type (a string or a float where
-    # the contract says int, an integer beyond 64 bits): without it the field is just null
-    (CORRUPT, S),
-)
+VALUE_SCHEMA = cast(T.StructType, LINE_SCHEMA["value"].dataType)
 
 
 # The value fields the contract types for each client event (history.md, by f and type), for
@@ -163,11 +119,6 @@ PERMISSIVE = {
     "columnNameOfCorruptRecord": CORRUPT,
     "allowNonNumericNumbers": "false",
 }
-
-# the recorder's columns: the parsed line without its parse-error column
-COLUMNAR_SCHEMA = T.StructType([f for f in LINE_SCHEMA.fields if f.name != CORRUPT]).add(
-    "value_json", S
-)
 
 
 @dataclass(frozen=True)
@@ -280,12 +231,14 @@ def ingest_histories(
         except ContractError as e:
             failed[r] = e
             if not o.in_place:
-                shutil.rmtree(o.source.parent / PARQUET_DIR, ignore_errors=True)
+                shutil.rmtree(o.source.parent / HISTORY_PARQUET, ignore_errors=True)
             continue
         runs[r] = Validated(count, truncated, o.used)
         if o.stamp is not None:
             stamp = {**o.stamp, "count": count, "truncated_tail": truncated, "from": o.used}
-            (o.source.parent / PARQUET_DIR / SOURCE_STAMP).write_text(json.dumps(stamp), "utf-8")
+            (o.source.parent / HISTORY_PARQUET / SOURCE_STAMP).write_text(
+                json.dumps(stamp), "utf-8"
+            )
     frames = [tagged[r] for r in opened if r in runs and r not in in_place]
     if kept is not None and any(r in runs for r in in_place):
         passed = [r for r in in_place if r in runs]
@@ -316,27 +269,29 @@ def _union_all(frames: Sequence[DataFrame]) -> DataFrame:
 def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) -> _Opened:
     """One run's history as read (the cache, the columnar copy, or history.jsonl parsed into the
     cache, with a small one checked by the Python validator meanwhile); ContractError."""
-    source = run_dir / "history.jsonl"
+    source = run_dir / HISTORY
     if not source.exists():
-        raise ContractError("history.jsonl", None, None, "missing from the run directory")
+        raise ContractError(HISTORY, None, None, "missing from the run directory")
     stat = source.stat()
     stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": FORMAT_VERSION}
-    parquet = run_dir / PARQUET_DIR
+    parquet = run_dir / HISTORY_PARQUET
     stamp_file = parquet / SOURCE_STAMP
     if stamp_file.exists() and _stamp_matches(stamp_file, stamp):
         saved = json.loads(stamp_file.read_text("utf-8"))
-        known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), PARQUET_DIR)
-        return _Opened(spark.read.parquet(str(parquet)), source, PARQUET_DIR, known=known)
-    rows = columnar_rows(run_dir / COLUMNAR_FILE, stat.st_size)
+        known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), HISTORY_PARQUET)
+        return _Opened(spark.read.parquet(str(parquet)), source, HISTORY_PARQUET, known=known)
+    rows = columnar_rows(run_dir / HISTORY_COLUMNAR, stat.st_size)
     if rows is not None and rows <= IN_PLACE_MAX_EVENTS:
         # typed with the batch's other copies (ingest_histories)
-        raw = _scan_columnar(spark, run_dir / COLUMNAR_FILE)
-        return _Opened(raw, source, COLUMNAR_FILE, in_place=True)
+        raw = _scan_columnar(spark, run_dir / HISTORY_COLUMNAR)
+        return _Opened(raw, source, HISTORY_COLUMNAR, in_place=True)
     if parquet.exists():
         shutil.rmtree(parquet)
     truncated = False
     if rows is not None:
-        _read_columnar(spark, run_dir / COLUMNAR_FILE).write.mode("overwrite").parquet(str(parquet))
+        _read_columnar(spark, run_dir / HISTORY_COLUMNAR).write.mode("overwrite").parquet(
+            str(parquet)
+        )
     else:
         # The full JSON Schema check of a small history runs in Python beside Spark's parse (the
         # JVM does not hold the GIL), so it costs the longer of the two, not their sum.
@@ -352,7 +307,7 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
                     except ContractError:
                         shutil.rmtree(parquet, ignore_errors=True)
                         raise
-    used = COLUMNAR_FILE if rows is not None else "history.jsonl"
+    used = HISTORY_COLUMNAR if rows is not None else HISTORY
     raw = spark.read.parquet(str(parquet))
     return _Opened(raw, source, used, torn_known=truncated, stamp=stamp)
 
@@ -722,8 +677,8 @@ def _judge_parts(
     validate_history_file(source)
     first = _first_problem_line(raw, parts)
     if first is not None:
-        raise ContractError("history.jsonl", first[0], None, first[1])
-    raise ContractError("history.jsonl", None, None, "lines out of order")
+        raise ContractError(HISTORY, first[0], None, first[1])
+    raise ContractError(HISTORY, None, None, "lines out of order")
 
 
 def _ascending(raw: DataFrame) -> bool:
@@ -789,7 +744,7 @@ def load_runs(spark: SparkSession, root: Path) -> DataFrame:
 
     Each run is ingested (and validated) as `analyze` ingests it: its Parquet cache, its
     complete columnar copy, or its JSONL parsed once; an invalid run raises ContractError."""
-    runs = sorted(p for p in root.iterdir() if (p / "history.jsonl").exists())
+    runs = sorted(p for p in root.iterdir() if (p / HISTORY).exists())
     frames = [ingest_history(spark, run).events.withColumn("run", F.lit(run.name)) for run in runs]
     if not frames:
         raise ContractError(str(root), None, None, "holds no run directory with a history.jsonl")

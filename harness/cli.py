@@ -20,11 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from contract.config_error import ConfigError
+from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
+from contract.rundir import RESULTS, RUN_JSON
 from harness.cli_parser import build_parser
 from harness.cluster import ProvisionError, docker_answers, resolve_backend
-from harness.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
 from harness.nightly import (
-    MatrixError,
     NightlyCell,
     RunOutcomeLike,
     cell_options,
@@ -35,7 +36,7 @@ from harness.nightly import (
 from harness.options import RunOptions, options_from_run_json
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
-from harness.remote_ssh import NodesFileError, load_nodes_file
+from harness.remote_ssh import load_nodes_file
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
 from harness.target import SettingsChecker, SettingsError
@@ -47,7 +48,7 @@ from sim.run import SimOutcome, run_sim
 from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
-from workloads.scenario import ScenarioError, load_run_options, load_scenario
+from workloads.scenario import load_run_options, load_scenario
 
 ROOT_NEMESES = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
 
@@ -59,17 +60,16 @@ class BadInput(Exception):
 # -- run -----------------------------------------------------------------------------------
 
 
-def _scenario_problem(where: str, e: ScenarioError) -> BadInput:
+def _scenario_problem(where: str, e: ConfigError) -> BadInput:
     """`<where>: <file>[: <key>]: <why>`; TOML syntax errors carry their line and column."""
-    place = e.path if e.key == "-" else f"{e.path}: {e.key}"
-    return BadInput(f"{where}: {place}: {e.why}")
+    return BadInput(f"{where}: {e}")
 
 
 def _scenario_fields(path: Path) -> dict[str, Any]:
     """The run options a scenario sets, by RunOptions field name."""
     try:
         return load_run_options(path)
-    except ScenarioError as e:
+    except ConfigError as e:
         raise _scenario_problem("--scenario", e) from e
 
 
@@ -99,7 +99,7 @@ def _validate(opts: RunOptions) -> None:
         try:
             target.check_settings(opts.target_config)
         except SettingsError as e:
-            flag = _SETTING_FLAGS.get(e.key)
+            flag = _SETTING_FLAGS.get(e.key or "")
             if opts.scenario is not None:
                 where = f"--scenario: {opts.scenario}: target.{e.key}"
                 where += f" (or {flag})" if flag else ""
@@ -122,7 +122,7 @@ def _validate(opts: RunOptions) -> None:
             raise BadInput("--nodes-file: required with --backend ssh")
         try:
             load_nodes_file(opts.nodes_file)
-        except NodesFileError as e:
+        except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
     elif opts.nodes_file is not None and not opts.nodes_file.is_file():
         raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
@@ -230,7 +230,7 @@ def _execute(
 
 def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
     """The run's last line: its directory, verdict, the faults that ran and the exit code."""
-    results_path = outcome.run_dir / "results.json"
+    results_path = outcome.run_dir / RESULTS
     verdict = "not analyzed"
     if results_path.is_file():
         results = json.loads(results_path.read_text())
@@ -257,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def gate(run_dir: Path, expect: Sequence[str]) -> int:
     """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise, 2 unknown.
     The judgement is reports.expectation's, the same the report, junit.xml and nightly show."""
-    verdict = judge(json.loads((run_dir / "results.json").read_text()), expect)
+    verdict = judge(json.loads((run_dir / RESULTS).read_text()), expect)
     if verdict.status == "unknown":
         return EXIT_UNKNOWN
     print(f"gate: {verdict.describe()}")
@@ -266,7 +266,7 @@ def gate(run_dir: Path, expect: Sequence[str]) -> int:
 
 def cmd_repro(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
-    run_json = run_dir / "run.json"
+    run_json = run_dir / RUN_JSON
     if not run_json.is_file():
         raise BadInput(f"RUN_DIR: no run.json in {args.run_dir}")
     try:
@@ -289,7 +289,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 def _classes(run_dir: Path) -> set[str] | None:
     """Anomaly classes of an analyzed run (None: not analyzed or verdict unknown)."""
-    path = run_dir / "results.json"
+    path = run_dir / RESULTS
     if not path.is_file():
         return None
     results = json.loads(path.read_text())
@@ -377,7 +377,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.nodes_file is not None:
         try:
             load_nodes_file(args.nodes_file)
-        except NodesFileError as e:
+        except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
     removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
     for item in removed:
@@ -393,13 +393,13 @@ def _check_matrix(path: Path, backend: str | None = None) -> None:
         raise BadInput(f"--matrix: file not found: {path}")
     try:
         matrix = load_matrix(path)
-    except MatrixError as e:
+    except ConfigError as e:
         raise BadInput(f"--matrix: {e}") from e
     for scenario in matrix.scenarios:
         if scenario.scenario_file:
             try:
                 load_scenario(Path(scenario.scenario_file))
-            except ScenarioError as e:
+            except ConfigError as e:
                 where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
                 raise _scenario_problem(where, e) from e
     # every cell as `run` would check it (a target setting, a toggle, a nemesis for the

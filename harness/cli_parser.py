@@ -9,8 +9,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
+<<<<<<< HEAD
 from harness.cluster_spec import check_run_id
 from harness.exit_codes import EXIT_BAD_INPUT
+=======
+from contract.exit_codes import EXIT_BAD_INPUT
+>>>>>>> floor
 from harness.spark_cli import add_spark_commands
 from sim.sweep import add_sweep_command
 

@@ -194,13 +194,14 @@ def _provision_local(
 
 
 def _provision_ssh(spec: ClusterSpec, run_id: str, cleanups: list[Any]) -> Cluster:
-    from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file
+    from contract.config_error import ConfigError
+    from harness.remote_ssh import SshRemote, load_nodes_file
 
     if spec.nodes_file is None:
         raise ProvisionError("--nodes-file is required with --backend ssh")
     try:
         hosts = load_nodes_file(spec.nodes_file)
-    except NodesFileError as e:
+    except ConfigError as e:
         raise ProvisionError(str(e)) from e
     nodes = [h.name for h in hosts]
     voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))

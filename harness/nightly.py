@@ -28,7 +28,9 @@ from pydantic import (
     ValidationError,
 )
 
-from harness.exit_codes import EXIT_CRASH
+from contract.config_error import WHOLE_FILE, ConfigError
+from contract.exit_codes import EXIT_CRASH
+from contract.rundir import RESULTS, RUN_JSON
 from harness.options import RunOptions
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
@@ -44,10 +46,6 @@ log = logging.getLogger("schemachaos.nightly")
 RUN_OPTION_FIELDS = tuple(f.name for f in fields(RunOptions))
 SCENARIO_KEYS = ("name", "workload", "scenario_file", "toggles", "expect", "nemeses")
 RUN_OPTIONS = TypeAdapter(RunOptions)  # the types of the RunOptions fields a row may set
-
-
-class MatrixError(ValueError):
-    """A matrix that cannot run as written: `<file>: <where>: <why>`."""
 
 
 # -- the file's shape ------------------------------------------------------------------------
@@ -145,28 +143,29 @@ def _where(loc: Sequence[int | str]) -> str:
     return out
 
 
-def _explain(path: Path, error: ValidationError) -> MatrixError:
+def _explain(path: Path, error: ValidationError) -> ConfigError:
     first = error.errors()[0]
     loc = list(first["loc"])
     # a union's error names the member type tried last: the key is what the reader needs
     loc = [p for p in loc if not (isinstance(p, str) and p[:1].islower() and "[" in p)]
-    where = _where(loc) or "-"
+    where = _where(loc) or WHOLE_FILE
     if first["type"] == "extra_forbidden":  # only rows that forbid extras: nemesis, the file
         model = NemesisRow if loc and loc[0] == "nemesis" else MatrixFile
         allowed = ", ".join(model.model_fields)
-        return MatrixError(f"{path}: {where}: unknown key (allowed: {allowed})")
-    return MatrixError(f"{path}: {where}: {first['msg']}")
+        return ConfigError(where, f"unknown key (allowed: {allowed})", file=path)
+    return ConfigError(where, first["msg"], file=path)
 
 
 def _name_problem(
     path: Path, where: str, key: str | None, given: Sequence[str], known: Sequence[str]
 ) -> None:
-    """Every name given is one of known, else MatrixError (key None: the names are keys)."""
+    """Every name given is one of known, else ConfigError (key None: the names are keys)."""
     unknown = [g for g in given if g not in known]
     if unknown:
-        what = f"{where}: unknown key" if key is None else f"{where}.{key}: unknown"
+        at, what = (where, "unknown key") if key is None else (f"{where}.{key}", "unknown")
         allowed = ", ".join(dict.fromkeys(known))
-        raise MatrixError(f"{path}: {what} {', '.join(map(repr, unknown))} (allowed: {allowed})")
+        names = ", ".join(map(repr, unknown))
+        raise ConfigError(at, f"{what} {names} (allowed: {allowed})", file=path)
 
 
 def _check_toggles(path: Path, where: str, target_name: str, toggles: Sequence[str]) -> None:
@@ -179,7 +178,7 @@ def _check_toggles(path: Path, where: str, target_name: str, toggles: Sequence[s
             raise SettingsError("toggles", f"the {target_name} target has no toggles")
         target.check_settings({"toggles": list(toggles)})
     except SettingsError as e:
-        raise MatrixError(f"{path}: {where}.{e.key}: {e.why}") from None
+        raise ConfigError(f"{where}.{e.key}", e.why, file=path) from None
 
 
 def _check_types(path: Path, where: str, fields: Mapping[str, Any]) -> None:
@@ -188,26 +187,26 @@ def _check_types(path: Path, where: str, fields: Mapping[str, Any]) -> None:
         RUN_OPTIONS.validate_python(dict(fields))
     except ValidationError as e:
         first = e.errors()[0]
-        raise MatrixError(f"{path}: {where}.{_where(first['loc'])}: {first['msg']}") from None
+        raise ConfigError(f"{where}.{_where(first['loc'])}", first["msg"], file=path) from None
 
 
 def load_matrix(path: Path) -> Matrix:
-    """Read and check the whole matrix; MatrixError names the file, the key and what is
+    """Read and check the whole matrix; ConfigError names the file, the key and what is
     allowed. A scenario that selects no cell, or a name that refers to nothing (a nemesis
     row, a toggle, a workload, an anomaly class, a fault kind), is an error, never a skip."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise MatrixError(f"{path}: cannot read: {e.strerror or e}") from e
+        raise ConfigError(WHOLE_FILE, f"cannot read: {e.strerror or e}", file=path) from e
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # the line and column
-        raise MatrixError(f"{path}: not valid TOML: {e}") from e
+        raise ConfigError(WHOLE_FILE, f"not valid TOML: {e}", file=path) from e
     try:
         parsed = MatrixFile.model_validate(raw)
     except ValidationError as e:
         raise _explain(path, e) from None
     if not parsed.scenario:
-        raise MatrixError(f"{path}: scenario: no [[scenario]] entry")
+        raise ConfigError("scenario", "no [[scenario]] entry", file=path)
     _name_problem(path, "defaults", None, list(parsed.defaults), RUN_OPTION_FIELDS)
     _check_types(path, "defaults", parsed.defaults)
     nemesis_names = [n.name for n in parsed.nemesis]
@@ -216,7 +215,7 @@ def load_matrix(path: Path) -> Matrix:
         try:
             parse_kinds(n.kinds)
         except ValueError as e:
-            raise MatrixError(f"{path}: nemesis[{i}].kinds: {e}") from e
+            raise ConfigError(f"nemesis[{i}].kinds", str(e), file=path) from e
         interval = float(n.interval_s) if n.interval_s is not None else None
         nemeses.append(NemesisSpec(n.name, tuple(n.kinds), interval))
     scenarios = []
@@ -231,7 +230,7 @@ def load_matrix(path: Path) -> Matrix:
         if s.workload is not None:
             _name_problem(path, where, "workload", [s.workload], list(WORKLOADS))
         if s.nemeses is not None and not s.nemeses:
-            raise MatrixError(f"{path}: {where}.nemeses: empty, so it selects no cell")
+            raise ConfigError(f"{where}.nemeses", "empty, so it selects no cell", file=path)
         _check_types(path, where, extra)
         scenarios.append(
             Scenario(
@@ -245,7 +244,7 @@ def load_matrix(path: Path) -> Matrix:
             )
         )
     if not parsed.seeds:
-        raise MatrixError(f"{path}: seeds: empty, so no scenario selects a cell")
+        raise ConfigError("seeds", "empty, so no scenario selects a cell", file=path)
     return Matrix(tuple(scenarios), tuple(nemeses), tuple(parsed.seeds), dict(parsed.defaults))
 
 
@@ -333,7 +332,7 @@ def judge_together(
     waiting = [
         o
         for o in outcomes
-        if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / "results.json").exists()
+        if o.run_dir and o.exit_code == 0 and not (Path(o.run_dir) / RESULTS).exists()
     ]
     if not waiting:
         return list(outcomes), None
@@ -348,7 +347,7 @@ def judge_together(
     except Exception as e:  # a bug of the checker: the summary is still written, and shows it
         log.exception("the checker crashed judging the night's runs")
         crash = "".join(traceback.format_exception_only(e)).strip()
-        found = [read_json(d / "results.json") for d in run_dirs]
+        found = [read_json(d / RESULTS) for d in run_dirs]
     judged: dict[str, CellOutcome] = {}
     for outcome, run_dir, results in zip(waiting, run_dirs, found, strict=True):
         if not isinstance(results, dict):
@@ -397,7 +396,7 @@ def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...
     """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
     as the harness wrote it), so the night judges as the run's own report and junit.xml do;
     the matrix's when run.json has no such field."""
-    run = read_json(run_dir / "run.json")
+    run = read_json(run_dir / RUN_JSON)
     if isinstance(run, dict) and "expect" in run:
         return expect_of(run)
     return matrix_expect

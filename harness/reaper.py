@@ -290,13 +290,14 @@ class SshLeases:
 
     @classmethod
     def start(cls, run_id: str, nodes_file: Path) -> SshLeases:
+        from contract.config_error import ConfigError
         from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, SSH_ROOT
         from harness.remote import RemoteError, pkill_command
-        from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file
+        from harness.remote_ssh import SshRemote, load_nodes_file
 
         try:
             hosts = load_nodes_file(nodes_file)
-        except NodesFileError as e:
+        except ConfigError as e:
             raise ProvisionError(str(e)) from e
         remotes: dict[str, Remote] = {
             h.name: SshRemote(

@@ -19,8 +19,8 @@ from typing import Annotated
 import paramiko
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from contract.config_error import WHOLE_FILE, ConfigError, first_problem
 from harness.remote import CommandResult, RemoteError, check_result, pkill_command
-from workloads.config_errors import first_problem
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,6 @@ class SshHost:
     user: str = "root"
     key: str | None = None
     known_hosts: str | None = None
-
-
-class NodesFileError(Exception):
-    """The --nodes-file is missing or malformed; the message names file and entry."""
 
 
 class NodeEntry(BaseModel):
@@ -61,15 +57,15 @@ class NodesFile(BaseModel):
     nodes: list[NodeEntry] | None = None
 
 
-def _nodes_problem(path: Path, error: ValidationError) -> NodesFileError:
+def _nodes_problem(path: Path, error: ValidationError) -> ConfigError:
     """`<file>: node[i]: <key> <why>`: an entry's problems name the entry, then the key."""
     key, why = first_problem(NodesFile, error)
     entry, _, field = key.partition("].")
     if not field:
-        return NodesFileError(f"{path}: {key}: {why}")
+        return ConfigError(key, why, file=path)
     if why == "is required":
-        return NodesFileError(f"{path}: {entry}]: {field} is required (a string)")
-    return NodesFileError(f"{path}: {entry}]: {field}: {why}")
+        return ConfigError(f"{entry}]", f"{field} is required (a string)", file=path)
+    return ConfigError(f"{entry}]", f"{field}: {why}", file=path)
 
 
 def load_nodes_file(path: Path) -> list[SshHost]:
@@ -77,24 +73,24 @@ def load_nodes_file(path: Path) -> list[SshHost]:
     known_hosts (optional; default ~/.ssh/known_hosts). Unknown keys and wrong types are
     refused naming the entry, the key and what is allowed."""
     if not path.is_file():
-        raise NodesFileError(f"nodes file not found: {path}")
+        raise ConfigError(None, f"nodes file not found: {path}")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise NodesFileError(f"{path}: not valid TOML: {e}") from e
+        raise ConfigError(WHOLE_FILE, f"not valid TOML: {e}", file=path) from e
     try:
         parsed = NodesFile.model_validate(data)
     except ValidationError as e:
         raise _nodes_problem(path, e) from None
     entries = parsed.node if parsed.node is not None else parsed.nodes
     if not entries:
-        raise NodesFileError(f"{path}: needs at least one [[node]] table")
+        raise ConfigError(WHOLE_FILE, "needs at least one [[node]] table", file=path)
     key_name = "node" if parsed.node is not None else "nodes"
     hosts: list[SshHost] = []
     for i, entry in enumerate(entries):
         key_path = Path(entry.key).expanduser() if entry.key else None
         if key_path is not None and not key_path.is_file():
-            raise NodesFileError(f"{path}: {key_name}[{i}]: key file not found: {entry.key}")
+            raise ConfigError(f"{key_name}[{i}]", f"key file not found: {entry.key}", file=path)
         hosts.append(
             SshHost(
                 name=entry.name,
@@ -107,7 +103,7 @@ def load_nodes_file(path: Path) -> list[SshHost]:
         )
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
-        raise NodesFileError(f"{path}: node names must be unique")
+        raise ConfigError(WHOLE_FILE, "node names must be unique", file=path)
     return hosts
 
 

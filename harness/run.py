@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
+from contract.rundir import RESULTS
 from harness.cluster import (
     Cluster,
     ClusterSpec,
@@ -31,7 +33,6 @@ from harness.cluster import (
     split_roles,
     teardown_on_signals,
 )
-from harness.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
 from harness.monitor import ClusterMonitor
 from harness.options import RunOptions
 from harness.provenance import distribution_version, provenance, target_version
@@ -212,13 +213,14 @@ def unknown_results(errors: list[str]) -> dict[str, Any]:
 
 def _node_layout(opts: RunOptions, backend: str) -> list[str]:
     if backend == "ssh":
-        from harness.remote_ssh import NodesFileError, load_nodes_file
+        from contract.config_error import ConfigError
+        from harness.remote_ssh import load_nodes_file
 
         if opts.nodes_file is None:
             raise ProvisionError("--nodes-file is required with --backend ssh")
         try:
             return [h.name for h in load_nodes_file(opts.nodes_file)]
-        except NodesFileError as e:
+        except ConfigError as e:
             raise ProvisionError(str(e)) from e
     return node_names(opts.nodes)
 
@@ -561,8 +563,8 @@ def _analyze(
         code = int(exit_code(results))
     except Exception as e:
         log.error("analysis failed: %s\n%s", e, traceback.format_exc())
-        if not (run_dir / "results.json").exists():
-            write_json(run_dir / "results.json", unknown_results([f"analysis failed: {e}"]))
+        if not (run_dir / RESULTS).exists():
+            write_json(run_dir / RESULTS, unknown_results([f"analysis failed: {e}"]))
         return EXIT_UNKNOWN
     state.set_phase("reporting")
     notify()

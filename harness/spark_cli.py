@@ -7,8 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_FAILED = 1
+from contract.exit_codes import EXIT_FAILED, EXIT_OK
 
 
 def add_spark_commands(sub: argparse._SubParsersAction) -> None:

@@ -16,41 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.rundir import RunPaths
+
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
-class RunDir:
-    path: Path
+class RunDir(RunPaths):
+    """A run directory this process created: its paths, the test and a unique run id."""
+
     test: str
     run_id: str  # unique, safe in container and network names
 
-    @property
-    def history(self) -> Path:
-        return self.path / "history.jsonl"
-
-    @property
-    def catalog(self) -> Path:
-        return self.path / "catalog.jsonl"
-
-    @property
-    def run_json(self) -> Path:
-        return self.path / "run.json"
-
-    @property
-    def results(self) -> Path:
-        return self.path / "results.json"
-
-    @property
-    def tmp(self) -> Path:
-        return self.path / ".tmp"
-
-    @property
-    def controller_log(self) -> Path:
-        return self.path / "controller.log"
-
     def node_dir(self, node: str) -> Path:
-        d = self.path / "nodes" / node
+        d = super().node_dir(node)
         d.mkdir(parents=True, exist_ok=True)
         return d
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from contract.config_error import ConfigError
 from harness.remote import Remote
 
 
@@ -51,14 +52,10 @@ class TargetSetupError(Exception):
     """A target could not install, configure, start or become ready: verdict unknown."""
 
 
-class SettingsError(TargetSetupError):
+class SettingsError(ConfigError, TargetSetupError):
     """A target setting (a scenario's `[target]` key) that the target does not have, or of
-    the wrong type: `<key>: <why>`, the why naming what is allowed."""
-
-    def __init__(self, key: str, why: str) -> None:
-        super().__init__(f"{key}: {why}")
-        self.key = key
-        self.why = why
+    the wrong type: `<key>: <why>`, the why naming what is allowed. A config error that is
+    also a target's setup error, so a run that meets it late is unknown, not a crash."""
 
 
 @runtime_checkable

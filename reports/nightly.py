@@ -21,12 +21,12 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
+from contract.exit_codes import EXIT_ANOMALIES, EXIT_CRASH, EXIT_UNKNOWN, EXIT_VALID
+from contract.rundir import HISTORY, HISTORY_PARQUET, RESULTS, RUN_JSON
 from reports.expectation import ExpectVerdict, judge
 from reports.templating import render
 
 PREVIOUS_NIGHTS = 14  # nights before this one whose runs join the trends
-EXIT_OK, EXIT_MISMATCH, EXIT_UNKNOWN = 0, 1, 2
-EXIT_CRASH = 255  # the checker crashed: a bug of the tool, whatever verdicts it left
 
 
 @dataclass(frozen=True)
@@ -66,19 +66,16 @@ EVENT_COLUMNS = ("index", "time", "type", "process", "f", "node", "code", "run")
 
 
 def _history_schema() -> Any:
+    """The checker's event schema, cut to the columns the trends read (and the error's code)."""
     from pyspark.sql import types as T
 
-    return T.StructType(
-        [
-            T.StructField("index", T.LongType()),
-            T.StructField("time", T.LongType()),
-            T.StructField("type", T.StringType()),
-            T.StructField("process", T.StringType()),
-            T.StructField("f", T.StringType()),
-            T.StructField("node", T.StringType()),
-            T.StructField("error", T.StructType([T.StructField("code", T.StringType())])),
-        ]
-    )
+    from checker.ingest import LINE_SCHEMA
+
+    kept = [f for f in LINE_SCHEMA.fields if f.name in EVENT_COLUMNS]
+    error = LINE_SCHEMA["error"].dataType
+    assert isinstance(error, T.StructType)
+    code = T.StructType([f for f in error.fields if f.name == "code"])
+    return T.StructType([*kept, T.StructField("error", code, True)])
 
 
 def _events_frame(spark: Any, run_dirs: Sequence[Path]) -> Any:
@@ -94,7 +91,7 @@ def _events_frame(spark: Any, run_dirs: Sequence[Path]) -> Any:
     frames = []
     raw: list[Path] = []
     for run_dir in run_dirs:
-        if (run_dir / "history.parquet" / "_source.json").exists():
+        if (run_dir / HISTORY_PARQUET / "_source.json").exists():
             try:
                 from checker.ingest import ingest_history
 
@@ -115,7 +112,7 @@ def _events_frame(spark: Any, run_dirs: Sequence[Path]) -> Any:
                 pass  # a stale or foreign copy: read the text instead
         raw.append(run_dir)
     for run_dir in raw:
-        df = spark.read.schema(_history_schema()).json(str(run_dir / "history.jsonl"))
+        df = spark.read.schema(_history_schema()).json(str(run_dir / HISTORY))
         frames.append(
             df.select(
                 "index",
@@ -162,7 +159,7 @@ def spark_run_stats(spark: Any, run_dirs: Sequence[Path]) -> dict[str, dict[str,
     out: dict[str, dict[str, Any]] = {
         str(d): {"ops": {}, "abort_codes": {}, "nemesis_events": 0} for d in run_dirs
     }
-    present = [d for d in run_dirs if (d / "history.jsonl").exists()]
+    present = [d for d in run_dirs if (d / HISTORY).exists()]
     if not present:
         return out
     for r in run_stats_frame(_events_frame(spark, present)).collect():
@@ -216,8 +213,8 @@ def summarize(
     runs = []
     for n, o in all_cells:
         run_dir = Path(o.run_dir) if o.run_dir else None
-        results = read_json(run_dir / "results.json") if run_dir else None
-        run = (read_json(run_dir / "run.json") if run_dir else None) or {}
+        results = read_json(run_dir / RESULTS) if run_dir else None
+        run = (read_json(run_dir / RUN_JSON) if run_dir else None) or {}
         st = stats.get(str(run_dir), {}) if run_dir else {}
         txn = (st.get("ops") or {}).get("txn") or {}
         ddl = (st.get("ops") or {}).get("ddl") or {}
@@ -389,8 +386,8 @@ def _summary_html(
         night=summary["night"],
         exit_code=exit_code,
         verdict={
-            EXIT_OK: "PASS",
-            EXIT_MISMATCH: "FAIL",
+            EXIT_VALID: "PASS",
+            EXIT_ANOMALIES: "FAIL",
             EXIT_UNKNOWN: "UNKNOWN",
             EXIT_CRASH: "CHECKER CRASHED",
         }[exit_code],
@@ -442,11 +439,11 @@ def write_summary(
         spark.stop()
     judgements = [r["judgement"] for r in summary["runs"] if r["night"] == out_dir.name]
     if any(j in ("missed", "unexpected") for j in judgements):
-        code = EXIT_MISMATCH
+        code = EXIT_ANOMALIES
     elif any(j == "unknown" for j in judgements) or not judgements:
         code = EXIT_UNKNOWN
     else:
-        code = EXIT_OK
+        code = EXIT_VALID
     if checker_crash is not None:
         code = EXIT_CRASH
     summary = {**summary, "exit_code": code, "checker_crash": checker_crash}

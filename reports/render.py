@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from contract.rundir import HISTORY, REPORT, RESULTS
 from reports.anomaly_pictures import AnomalyPicture, anomaly_pictures
 from reports.html import build_report_html, page_title
 from reports.junit import write_junit
@@ -32,7 +33,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _results(run_dir: Path) -> tuple[dict[str, Any], BaseException | None]:
-    path = run_dir / "results.json"
+    path = run_dir / RESULTS
     if path.exists():
         with path.open(encoding="utf-8") as fh:
             return json.load(fh), None
@@ -90,7 +91,7 @@ def _breaks_the_contract(run_dir: Path) -> bool:
         validate_history_file,
     )
 
-    history = run_dir / "history.jsonl"
+    history = run_dir / HISTORY
     try:
         read_run_json(run_dir)
         read_catalog_lines(run_dir)
@@ -106,7 +107,7 @@ def _write_pages(run_dir: Path, data: RunData, results: dict[str, Any]) -> Path:
     pictures = anomaly_pictures(data)
     _write_pictures(run_dir / "anomalies", pictures)
     _write_atomically(run_dir / "timeline.html", build_timeline_html(data, page_title(data)))
-    report = run_dir / "report.html"
+    report = run_dir / REPORT
     page = build_report_html(data, plots, repro_command(run_dir), pictures=pictures)
     _write_atomically(report, page)
     write_junit(results, data.run, run_dir / "junit.xml")

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from contract.rundir import CATALOG, HISTORY, RESULTS, RUN_JSON, RUN_MARKERS
 from reports.node_samples import MonitorReader, MonitorTrack, Samples, nemesis_offsets, node_views
 
 OUTCOMES = ("ok", "fail", "info", "pending")
-RUN_MARKERS = ("run.json", "history.jsonl")  # a directory with neither is not a run
 CLOSING_PREFIXES = ("stop-", "heal-")
 CLOSE_ALL = frozenset({"heal-all", "heal", "stop-all"})
 
@@ -256,16 +256,16 @@ def load_run(
     with every time on the workload's clock (module docstring). `contents=False`: none of
     the three, only the results (for files that break the contract)."""
     run_dir = Path(run_dir)
-    run_path = run_dir / "run.json"
+    run_path = run_dir / RUN_JSON
     run: dict[str, Any] = read_json(run_path) if contents and run_path.exists() else {}
-    if results is None and (run_dir / "results.json").exists():
-        results = read_json(run_dir / "results.json")
-    catalog = _Catalog(_read_catalog(run_dir / "catalog.jsonl") if contents else [])
+    if results is None and (run_dir / RESULTS).exists():
+        results = read_json(run_dir / RESULTS)
+    catalog = _Catalog(_read_catalog(run_dir / CATALOG) if contents else [])
     witnesses = witness_indices(results)
     nodes = [str(n) for n in run.get("nodes") or []]
     raw_start = run.get("start_wall_ms")
     comparable = run.get("clock", "hlc") != "none" and isinstance(raw_start, int)
-    history = run_dir / "history.jsonl"
+    history = run_dir / HISTORY
     origin_ns = workload_origin_ns(history) if contents else 0
     # the controller's wall clock (epoch ms) at the workload's 0: what HLCs are placed against
     start_wall_ms = (raw_start if isinstance(raw_start, int) else 0) + origin_ns / 1e6

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
+from contract.rundir import REPORT, RESULTS, RUN_JSON, RUN_MARKERS
 from reports.expectation import expect_of
 from reports.html import banner_of
 from reports.request_head import HeadReader, HeadRefused
-from reports.rundata import RUN_MARKERS
 from reports.store_paths import (
     Kind,
     Refusal,
@@ -98,9 +98,9 @@ def find_runs(store: Path) -> list[RunEntry]:
         if not any(m in filenames for m in RUN_MARKERS):
             continue
         dirnames[:] = []  # a run directory's subdirectories (plots/, logs/) are not runs
-        run = read_json(root, here / "run.json")
+        run = read_json(root, here / RUN_JSON)
         run = run if isinstance(run, dict) else {}
-        results = read_json(root, here / "results.json")
+        results = read_json(root, here / RESULTS)
         results = results if isinstance(results, dict) else None
         banner = banner_of(results, expect_of(run))
         start = run.get("start_wall_ms")
@@ -115,7 +115,7 @@ def find_runs(store: Path) -> list[RunEntry]:
                 verdict_class=banner.css_class,
                 verdict_text=banner.headline,
                 anomalies=len(anomalies) if isinstance(anomalies, list) else 0,
-                has_report=regular_file(root, here / "report.html") is not None,
+                has_report=regular_file(root, here / REPORT) is not None,
                 has_timeline=regular_file(root, here / "timeline.html") is not None,
             )
         )

@@ -26,7 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.exit_codes import EXIT_UNKNOWN
+from contract.config_error import ConfigError
+from contract.exit_codes import EXIT_UNKNOWN
+from contract.rundir import RESULTS
 from harness.options import RunOptions
 from harness.run import build_schedule, run_json
 from harness.store import RunDir, new_run_dir, write_json, write_jsonl
@@ -45,7 +47,7 @@ from workloads import build_generator
 from workloads.final import final_reads, tables_and_indexes
 from workloads.history import HistoryRecorder
 from workloads.runner import run_clients
-from workloads.scenario import ScenarioError, load_run_options
+from workloads.scenario import load_run_options
 
 log = logging.getLogger("schemachaos.sim")
 
@@ -122,7 +124,7 @@ def analyze_dir(
         code = int(exit_code(results))
     except Exception as e:
         log.error("analysis failed: %s", e)
-        write_json(run_dir / "results.json", _unknown([f"analysis failed: {e}"]))
+        write_json(run_dir / RESULTS, _unknown([f"analysis failed: {e}"]))
         return EXIT_UNKNOWN
     if code == 0 and not report_valid:
         return code
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--scenario FILE is required")
     try:
         opts = options_from_args(args)
-    except (ScenarioError, OSError, ValueError) as e:
+    except (ConfigError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     outcome = run_sim(opts)

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.exit_codes import EXIT_BAD_INPUT
+from contract.config_error import ConfigError
+from contract.exit_codes import EXIT_BAD_INPUT
+from contract.rundir import RESULTS
 from sim.run import HASH_SEED, analyze_dir, options_from_args, options_to_json
-from workloads.scenario import ScenarioError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,7 +115,7 @@ def _judge(sim: _Simulated, spark: SparkSession | None) -> SeedResult:
     if code == 0:
         code = analyze_dir(sim.run_dir, spark, report_valid=False)
     anomalies: tuple[str, ...] = ()
-    results = sim.run_dir / "results.json"
+    results = sim.run_dir / RESULTS
     if results.exists():
         data = json.loads(results.read_text())
         anomalies = tuple(sorted({str(a.get("class")) for a in data.get("anomalies", [])}))
@@ -207,7 +208,7 @@ def _alive(spark: SparkSession | None) -> bool:
 def run_sweep_args(args: argparse.Namespace) -> int:
     try:
         results = sweep(args)
-    except (ScenarioError, ValueError, OSError) as e:
+    except (ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = sorted((r for r in results if r.exit_code == 1), key=lambda r: r.seed)

@@ -16,12 +16,11 @@ from pyspark.sql import SparkSession
 from checker import ingest
 from checker.analyze import analyze_run
 from checker.ingest import (
-    COLUMNAR_FILE,
     COLUMNAR_SCHEMA,
-    PARQUET_DIR,
     columnar_complete,
     ingest_history,
 )
+from contract.rundir import HISTORY_COLUMNAR, HISTORY_PARQUET
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from workloads.history import HistoryRecorder, read_history
@@ -64,7 +63,7 @@ def _recorded_run(tmp: Path, name: str, **synth: Any) -> Path:
 
 
 def _source(run: Path) -> str:
-    return str(json.loads((run / PARQUET_DIR / "_source.json").read_text())["from"])
+    return str(json.loads((run / HISTORY_PARQUET / "_source.json").read_text())["from"])
 
 
 def _without_timing(results: dict[str, Any]) -> dict[str, Any]:
@@ -88,19 +87,19 @@ def test_the_copy_gives_the_verdict_the_jsonl_gives(
     if not in_place:
         monkeypatch.setattr(ingest, "IN_PLACE_MAX_EVENTS", 10)
     run = _recorded_run(tmp_path, "run", seed=3, events=400, fault=fault)
-    assert columnar_complete(run / COLUMNAR_FILE, (run / "history.jsonl").stat().st_size)
+    assert columnar_complete(run / HISTORY_COLUMNAR, (run / "history.jsonl").stat().st_size)
     as_json = tmp_path / "as-json"
     shutil.copytree(run, as_json)
-    (as_json / COLUMNAR_FILE).unlink()
+    (as_json / HISTORY_COLUMNAR).unlink()
 
     from_copy = analyze_run(run, spark=spark)
     from_json = analyze_run(as_json, spark=spark)
     if in_place:
-        assert not (run / PARQUET_DIR).exists()
-        assert ingest_history(spark, run).source == COLUMNAR_FILE
+        assert not (run / HISTORY_PARQUET).exists()
+        assert ingest_history(spark, run).source == HISTORY_COLUMNAR
     else:
-        assert _source(run) == COLUMNAR_FILE
-        assert ingest_history(spark, run).source == PARQUET_DIR
+        assert _source(run) == HISTORY_COLUMNAR
+        assert ingest_history(spark, run).source == HISTORY_PARQUET
     assert _source(as_json) == "history.jsonl"
     assert from_copy["valid"] is (fault is None)
     assert _without_timing(from_copy) == _without_timing(from_json)
@@ -109,9 +108,9 @@ def test_the_copy_gives_the_verdict_the_jsonl_gives(
 @pytest.mark.spark
 def test_the_copy_has_the_schema_spark_reads(tmp_path: Path, spark: SparkSession) -> None:  # noqa: F811
     run = _recorded_run(tmp_path, "run", seed=4, events=200)
-    read = spark.read.parquet(str(run / COLUMNAR_FILE)).schema
+    read = spark.read.parquet(str(run / HISTORY_COLUMNAR)).schema
     assert read.simpleString() == COLUMNAR_SCHEMA.simpleString()
-    assert pq.ParquetFile(run / COLUMNAR_FILE).metadata.num_rows == len(
+    assert pq.ParquetFile(run / HISTORY_COLUMNAR).metadata.num_rows == len(
         read_history(run / "history.jsonl")
     )
 
@@ -131,7 +130,7 @@ def test_a_killed_controller_leaves_a_copy_the_checker_ignores(
     # the controller "dies" before close(): no footer, so the copy is unreadable
     replay(events[: len(events) // 2], run, close=False)
     size = (run / "history.jsonl").stat().st_size
-    assert not columnar_complete(run / COLUMNAR_FILE, size)
+    assert not columnar_complete(run / HISTORY_COLUMNAR, size)
     results = analyze_run(run, spark=spark)
     assert _source(run) == "history.jsonl"
     assert results["valid"] == "unknown"
@@ -145,7 +144,7 @@ def test_the_copy_is_complete_only_for_the_jsonl_it_was_written_with(tmp_path: P
     rec.invoke(0, "probe", {"table": "t1", "ts": None})
     rec.complete(0, "ok", "probe", {"ts": 5, "catalog_version": 1}, "n1")
     rec.close()
-    copy, jsonl = run / COLUMNAR_FILE, run / "history.jsonl"
+    copy, jsonl = run / HISTORY_COLUMNAR, run / "history.jsonl"
     assert columnar_complete(copy, jsonl.stat().st_size)
     with open(jsonl, "a") as f:  # an edited or appended history no longer matches its copy
         f.write("\n")
@@ -161,5 +160,5 @@ def test_an_event_the_typed_copy_cannot_hold_drops_the_copy(tmp_path: Path) -> N
     # a catalog version that is not an integer: the JSON parse would null it and flag the line
     rec.complete(0, "ok", "ddl", {"catalog_version": "2", "activation_ts": 7}, "n1")
     rec.close()
-    assert not (tmp_path / COLUMNAR_FILE).exists()
+    assert not (tmp_path / HISTORY_COLUMNAR).exists()
     assert len(read_history(tmp_path / "history.jsonl")) == 2

@@ -18,13 +18,13 @@ from checker.analyze import analyze_run
 from checker.catalog_index import RUN
 from checker.contract import ContractError
 from checker.ingest import (
-    COLUMNAR_FILE,
     _first_problem_line,
     _only_bad_is_last,
     _partition_counts,
     ingest_histories,
     ingest_history,
 )
+from contract.rundir import HISTORY_COLUMNAR
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.synth import generate_run
 from tests.test_checker_columnar import _recorded_run, replay
@@ -33,7 +33,7 @@ from workloads.history import read_history
 
 def _jsonl_only(run: Path, dest: Path) -> Path:
     shutil.copytree(run, dest)
-    (dest / COLUMNAR_FILE).unlink()
+    (dest / HISTORY_COLUMNAR).unlink()
     return dest
 
 
@@ -138,7 +138,7 @@ def test_each_run_of_a_batch_is_ingested_as_alone(tmp_path: Path, spark: SparkSe
     # the batch holds what it should: reads of every kind, and failures of several
     assert {e[2] for e in expected.values() if isinstance(e, tuple)} == {
         "history.jsonl",
-        COLUMNAR_FILE,
+        HISTORY_COLUMNAR,
         "history.parquet",
     }
     assert expected["torn"][1] is True  # type: ignore[index]

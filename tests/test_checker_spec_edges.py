@@ -23,7 +23,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_runs, exit_code
-from checker.ingest import COLUMNAR_FILE, _parse_lines
+from checker.ingest import _parse_lines
+from contract.rundir import HISTORY_COLUMNAR
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 from tests.test_checker_classes import HISTORIES, make_run
 from tests.test_checker_columnar import replay
@@ -917,7 +918,7 @@ def _replayed(run: Path, events: list[dict[str, Any]]) -> Path:
     """`run` with `events` written by our recorder (so with its columnar copy) instead."""
     (run / "history.jsonl").unlink()
     replay(events, run, nulls=True)
-    assert (run / COLUMNAR_FILE).exists()
+    assert (run / HISTORY_COLUMNAR).exists()
     return run
 
 

@@ -12,10 +12,11 @@ from typing import get_args
 
 import pytest
 
+from contract.config_error import ConfigError
 from harness.cli import main
 from harness.nightly import load_matrix
 from harness.options import RunOptions
-from harness.remote_ssh import NodesFileError, load_nodes_file
+from harness.remote_ssh import load_nodes_file
 from harness.target import SettingsChecker, SettingsError
 from schemasync.config import PROFILES, NodeConfig
 from targets.galera import GaleraTarget
@@ -25,7 +26,7 @@ from targets.registry import load_target
 from targets.schemasync import SchemaSyncTarget
 from targets.schemasync.config import DEFAULT_CONFIG as SCHEMASYNC_DEFAULTS
 from targets.schemasync.config import SchemaSyncSettings
-from workloads.scenario import ScenarioError, load_run_options, load_scenario
+from workloads.scenario import load_run_options, load_scenario
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.toml"))
 
@@ -45,9 +46,9 @@ def test_every_scenario_file_in_the_repo_loads(path: Path) -> None:
 def test_a_scenario_key_typo_names_the_file_the_key_and_the_allowed_keys(tmp_path: Path) -> None:
     path = tmp_path / "typo.toml"
     path.write_text("seed = 1\n[nemesis]\nkinds = ['clock']\ninterval = 5\n")
-    with pytest.raises(ScenarioError) as err:
+    with pytest.raises(ConfigError) as err:
         load_scenario(path)
-    assert (err.value.path, err.value.key) == (str(path), "nemesis.interval")
+    assert (err.value.file, err.value.key) == (str(path), "nemesis.interval")
     assert "allowed: kinds, interval_s, options" in err.value.why
     path.write_text("seed = 1\n[nemesis]\nkinds = ['clock']\ninterval_s = 5\n")
     assert load_scenario(path).nemesis_interval_s == 5.0
@@ -71,7 +72,7 @@ def test_a_scenario_key_typo_names_the_file_the_key_and_the_allowed_keys(tmp_pat
 def test_wrong_scenario_values_are_refused(tmp_path: Path, text: str, key: str, says: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text + "\n")
-    with pytest.raises(ScenarioError) as err:
+    with pytest.raises(ConfigError) as err:
         load_scenario(path)
     assert err.value.key == key
     assert says in err.value.why, err.value.why
@@ -122,17 +123,17 @@ def test_nodes_file_keys_and_types(tmp_path: Path) -> None:
         None,
     )
     path.write_text(good + 'hostname = "db1"\n')
-    with pytest.raises(NodesFileError) as err:
+    with pytest.raises(ConfigError) as err:
         load_nodes_file(path)
     assert str(err.value) == (
         f"{path}: node[0]: hostname: unknown key "
         "(allowed: name, host, port, user, key, known_hosts)"
     )
     path.write_text(good.replace("2222", '"2222"'))
-    with pytest.raises(NodesFileError, match=r"node\[0\]: port: needs an integer, got '2222'"):
+    with pytest.raises(ConfigError, match=r"node\[0\]: port: needs an integer, got '2222'"):
         load_nodes_file(path)
     path.write_text("[defaults]\nuser = 'root'\n" + good)
-    with pytest.raises(NodesFileError, match=r"defaults: unknown key \(allowed: node, nodes\)"):
+    with pytest.raises(ConfigError, match=r"defaults: unknown key \(allowed: node, nodes\)"):
         load_nodes_file(path)
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from contract.config_error import ConfigError
 from harness.cluster import ClusterSpec, ProvisionError, provision
 from harness.remote import RemoteError
 from harness.remote_docker import DockerNodes, _host_key, generate_run_key
-from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file
+from harness.remote_ssh import SshRemote, load_nodes_file
 from targets.schemasync import SchemaSyncTarget
 from tests.test_harness_support import node_image  # noqa: F401  (fixture)
 
@@ -152,14 +153,14 @@ def test_ssh_backend_uploads_code_and_runs_a_cluster(sshd_hosts, tmp_path: Path)
 
 
 def test_nodes_file_errors_name_the_entry(tmp_path: Path) -> None:
-    with pytest.raises(NodesFileError, match="not found"):
+    with pytest.raises(ConfigError, match="not found"):
         load_nodes_file(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text('[[node]]\nname = "a"\nhost = "127.0.0.1"\nport = 70000\n')
-    with pytest.raises(NodesFileError, match=r"node\[0\]: port"):
+    with pytest.raises(ConfigError, match=r"node\[0\]: port"):
         load_nodes_file(bad)
     bad.write_text('[[node]]\nname = "a"\n')
-    with pytest.raises(NodesFileError, match=r"node\[0\]: host is required"):
+    with pytest.raises(ConfigError, match=r"node\[0\]: host is required"):
         load_nodes_file(bad)
     with (
         pytest.raises(ProvisionError, match="nodes-file"),

@@ -16,17 +16,17 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from contract.history_shape import json_schema
 from workloads.history import HistoryError, HistoryRecorder, read_history
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA_PATH = REPO / "checker" / "history_schema.json"
 REQUIRED = ("index", "time", "type", "process", "f")
 
 
 @functools.cache
 def event_validator() -> jsonschema.protocols.Validator:
     """The checker's JSON Schema of events (one source of truth for the contract)."""
-    schema = json.loads(SCHEMA_PATH.read_text())
+    schema = json_schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)

@@ -9,12 +9,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.test_history_recorder import SCHEMA_PATH, check_contract
+from contract.history_shape import json_schema
+from tests.test_history_recorder import check_contract
 from workloads.history import read_history
 
 
 def validator_for(definition: str) -> jsonschema.protocols.Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
+    schema = json_schema()
     sub = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     return jsonschema.validators.validator_for(schema)(sub)
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.config_error import ConfigError
 from workloads.column_types import value_for
 from workloads.generator import GeneratorBase, Mix, NextOp, Op, Reserve, Stagger
 from workloads.probes import ProbeGen
@@ -38,14 +39,6 @@ DEFAULT_DDL_WEIGHTS: Mapping[str, float] = {
     "drop_index": 0.8,
 }
 DEFAULT_OP_WEIGHTS: Mapping[str, float] = {"r": 4.0, "w": 4.0, "d": 1.0, "ix": 1.0}
-
-
-class OptionError(ValueError):
-    """A workload option that is unknown or of the wrong type; names the key."""
-
-    def __init__(self, key: str, why: str) -> None:
-        super().__init__(f"{key}: {why}")
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -78,30 +71,30 @@ class DdlDmlOptions:
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> DdlDmlOptions:
-        """Options by name; an unknown key or a wrong type raises OptionError naming it."""
+        """Options by name; an unknown key or a wrong type raises ConfigError naming it."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for key, raw in options.items():
             if key not in known:
-                raise OptionError(key, f"unknown workload option (known: {', '.join(known)})")
+                raise ConfigError(key, f"unknown workload option (known: {', '.join(known)})")
             values[key] = _coerce(key, raw, cls.__dataclass_fields__[key].default)
         if "ddl_weights" in values:
             bad = [k for k in values["ddl_weights"] if k not in DDL_KINDS]
             if bad:
-                raise OptionError("ddl_weights", f"unknown DDL kinds {bad}")
+                raise ConfigError("ddl_weights", f"unknown DDL kinds {bad}")
             values["ddl_weights"] = {**DEFAULT_DDL_WEIGHTS, **values["ddl_weights"]}
         if "op_weights" in values:
             bad = [k for k in values["op_weights"] if k not in DEFAULT_OP_WEIGHTS]
             if bad:
-                raise OptionError("op_weights", f"unknown micro-op kinds {bad} (r, w, d, ix)")
+                raise ConfigError("op_weights", f"unknown micro-op kinds {bad} (r, w, d, ix)")
             values["op_weights"] = {**DEFAULT_OP_WEIGHTS, **values["op_weights"]}
         opts = cls(**values)
         if opts.txn_min_ops < 1 or opts.txn_max_ops < opts.txn_min_ops:
-            raise OptionError("txn_max_ops", "needs 1 <= txn_min_ops <= txn_max_ops")
+            raise ConfigError("txn_max_ops", "needs 1 <= txn_min_ops <= txn_max_ops")
         if opts.tables < 1 or opts.max_tables < opts.tables:
-            raise OptionError("max_tables", "needs 1 <= tables <= max_tables")
+            raise ConfigError("max_tables", "needs 1 <= tables <= max_tables")
         if opts.keys_per_table < 1:
-            raise OptionError("keys_per_table", "must be >= 1")
+            raise ConfigError("keys_per_table", "must be >= 1")
         return opts
 
 
@@ -110,27 +103,27 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
         return len(raw)  # the harness passes the node names
     if isinstance(default, bool):
         if not isinstance(raw, bool):
-            raise OptionError(key, f"must be true or false, got {raw!r}")
+            raise ConfigError(key, f"must be true or false, got {raw!r}")
         return raw
     if isinstance(default, int) and not isinstance(default, bool):
         if isinstance(raw, bool) or not isinstance(raw, int):
-            raise OptionError(key, f"must be an integer, got {raw!r}")
+            raise ConfigError(key, f"must be an integer, got {raw!r}")
         return raw
     if isinstance(default, float) or (default is None and key.endswith("_s")):
         if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
-            raise OptionError(key, f"must be a number >= 0, got {raw!r}")
+            raise ConfigError(key, f"must be a number >= 0, got {raw!r}")
         return float(raw)
     if key in ("ddl_weights", "op_weights"):
         if not isinstance(raw, Mapping) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in raw.values()
         ):
-            raise OptionError(key, f"must be a table of weights >= 0, got {raw!r}")
+            raise ConfigError(key, f"must be a table of weights >= 0, got {raw!r}")
         return {str(k): float(v) for k, v in raw.items()}
     if key == "probe_offsets":
         if not isinstance(raw, list | tuple) or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in raw
         ):
-            raise OptionError(key, f"must be a list of HLC offsets (integers), got {raw!r}")
+            raise ConfigError(key, f"must be a list of HLC offsets (integers), got {raw!r}")
         return tuple(raw)
     return raw
 

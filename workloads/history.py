@@ -27,74 +27,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contract.history_shape import arrow_schema
+from contract.rundir import COLUMNAR_SUFFIX
+
 CLIENT_COMPLETIONS = ("ok", "fail", "info")
 FSYNC_INTERVAL_NS = 100_000_000
 _TS_FIELDS = ("activation_ts", "commit_ts", "begin_ts", "op_ts", "ts")
-COLUMNAR_SUFFIX = ".columnar.parquet"
 # footer keys the checker compares with history.jsonl before trusting the copy
 META_EVENTS = b"schemachaos.events"
 META_JSONL_BYTES = b"schemachaos.jsonl_bytes"
-_I = pa.int64()
-_S = pa.string()
-
-
-def _st(*fields: tuple[str, pa.DataType]) -> pa.StructType:
-    return pa.struct([pa.field(n, t) for n, t in fields])
-
-
-# The typed event the checker reads (checker.ingest.LINE_SCHEMA without its parse-error column):
-# polymorphic fields (rows, results, lookups, columns) are their JSON text.
-_OP = _st(
-    ("op", _S),
-    ("table", _S),
-    ("key", _I),
-    ("row", _S),
-    ("index", _S),
-    ("lookup", _S),
-    ("op_ts", _I),
-    ("node", _S),
-    ("schema_version", _I),
-    ("result", _S),
-)
-_VALUE = _st(
-    ("stmt", _S),
-    ("table", _S),
-    ("kind", _S),
-    ("catalog_version", _I),
-    ("activation_ts", _I),
-    ("index", _S),
-    ("ops", pa.list_(_OP)),
-    ("txn_id", _S),
-    ("begin_ts", _I),
-    ("commit_ts", _I),
-    ("tables", pa.map_(_S, _st(("base_ts", _I), ("schema_version", _I)))),
-    (
-        "participants",
-        pa.list_(
-            _st(("node", _S), ("table", _S), ("partition", _I), ("commit_schema_version", _I))
-        ),
-    ),
-    ("ts", _I),
-    ("table_schema_version", _I),
-    ("columns", _S),
-    ("schema_version", _I),
-    ("rows", pa.list_(_st(("key", _I), ("row", _S)))),
-    ("entries", pa.list_(_st(("key", _I), ("values", _S)))),
-    ("safe_time_waits", _st(*((n, pa.float64()) for n in ("count", "total_ms", "max_ms")))),
-)
-COLUMNAR_SCHEMA = pa.schema(
-    [
-        ("index", _I),
-        ("time", _I),
-        ("type", _S),
-        ("process", _S),
-        ("f", _S),
-        ("node", _S),
-        ("value", _VALUE),
-        ("error", _st(("code", _S), ("message", _S), ("retriable", pa.bool_()))),
-        ("value_json", _S),
-    ]
-)
+# The typed event the checker reads (its Spark schema is derived from this one), from the
+# one statement of the event's shape: polymorphic fields are their JSON text.
+COLUMNAR_SCHEMA = arrow_schema()
 
 
 class HistoryError(RuntimeError):
@@ -431,7 +375,7 @@ def _fitter(typ: pa.DataType) -> Callable[[Any], Any]:
     raise TypeError(f"no columnar shape for {typ}")
 
 
-_FIT_VALUE = _fitter(_VALUE)
+_FIT_VALUE = _fitter(COLUMNAR_SCHEMA.field("value").type)
 _FIT_ERROR = _fitter(COLUMNAR_SCHEMA.field("error").type)
 
 

@@ -3,7 +3,7 @@
 A scenario is data, so a run can be named, stored, repeated and gated on. Flags given on the
 command line override its values (`apply_overrides`). Its field names are the harness's
 `RunOptions` names, so `run_options_fields()` feeds `RunOptions(**...)` directly. The file's
-shape is a pydantic model (`ScenarioFile`): bad input gives one `ScenarioError` naming the
+shape is a pydantic model (`ScenarioFile`): bad input gives one `ConfigError` naming the
 file, the key and what is allowed, never a traceback.
 
     name = "no-safe-time-wait"            # optional; defaults to the file name
@@ -45,7 +45,7 @@ from pydantic import (
 )
 
 from checker.anomaly_classes import ANOMALY_CLASSES, UNAVAILABILITY
-from workloads.config_errors import first_problem, one_of
+from contract.config_error import WHOLE_FILE, ConfigError, first_problem, one_of
 
 # What `expect` may name: the anomaly classes, plus the one liveness finding
 EXPECTABLE: tuple[str, ...] = (*ANOMALY_CLASSES, UNAVAILABILITY)
@@ -56,16 +56,6 @@ def _one_backend(name: str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r} (allowed: {', '.join(BACKENDS)})")
     return name
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be used: `<file>: <key>: <why>`."""
-
-    def __init__(self, path: str, key: str, why: str) -> None:
-        super().__init__(f"{path}: {key}: {why}")
-        self.path = path
-        self.key = key
-        self.why = why
 
 
 @dataclass(frozen=True)
@@ -179,16 +169,16 @@ _TARGET_FIELD = {"name": "target"}
 
 
 def load_scenario(path: Path) -> Scenario:
-    """Read and check a scenario file; raises ScenarioError naming the file and the key."""
+    """Read and check a scenario file; raises ConfigError naming the file and the key."""
     where = str(path)
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ScenarioError(where, "-", "no such file") from None
+        raise ConfigError(WHOLE_FILE, "no such file", file=where) from None
     except OSError as e:
-        raise ScenarioError(where, "-", f"cannot read: {e.strerror or e}") from None
+        raise ConfigError(WHOLE_FILE, f"cannot read: {e.strerror or e}", file=where) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ScenarioError(where, "-", f"not valid TOML: {e}") from None
+        raise ConfigError(WHOLE_FILE, f"not valid TOML: {e}", file=where) from None
     return scenario_from_dict(data, where, default_name=Path(path).stem)
 
 
@@ -210,7 +200,7 @@ def scenario_from_dict(data: Mapping[str, Any], where: str, default_name: str) -
         parsed = ScenarioFile.model_validate(data)
     except ValidationError as e:
         key, why = first_problem(ScenarioFile, e)
-        raise ScenarioError(where, key, why) from None
+        raise ConfigError(key, why, file=where) from None
     values: dict[str, Any] = {"name": default_name, "path": where}
     top = parsed.model_dump(exclude={"target", "nemesis", "workload"}, exclude_none=True)
     values.update(top)
@@ -242,7 +232,7 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in _OVERRIDABLE:
-            raise ScenarioError("command line", key, "not a scenario field")
+            raise ConfigError(key, "not a scenario field", file="command line")
         if value is not None:
             changes[key] = value
     if not changes:
@@ -255,7 +245,7 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
 def _checked(values: dict[str, Any], where: str) -> Scenario:
     def need(key: str, ok: bool, why: str) -> None:
         if not ok:
-            raise ScenarioError(where, key, f"{why}, got {values[key]!r}")
+            raise ConfigError(key, f"{why}, got {values[key]!r}", file=where)
 
     def integer(key: str, low: int) -> None:
         v = values.get(key)
@@ -279,7 +269,7 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
         if allowed is not None:
             bad = [x for x in v if x not in allowed]
             if bad:
-                raise ScenarioError(where, key, f"unknown {bad} (known: {', '.join(allowed)})")
+                raise ConfigError(key, f"unknown {bad} (known: {', '.join(allowed)})", file=where)
         values[key] = tuple(v)
 
     for key in ("name", "description", "target", "workload"):
@@ -296,7 +286,7 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     if "backend" in values:
         need("backend", values["backend"] in BACKENDS, f"needs one of {', '.join(BACKENDS)}")
     if values.get("voters", 3) > values.get("nodes", 5):
-        raise ScenarioError(where, "voters", "more voters than nodes")
+        raise ConfigError("voters", "more voters than nodes", file=where)
     if "workload" in values or "workload_options" in values:
         _check_workload(values, where)
     return Scenario(**values)
@@ -304,13 +294,12 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
 
 def _check_workload(values: dict[str, Any], where: str) -> None:
     from workloads import build_generator
-    from workloads.ddl_dml import OptionError
 
     name = values.get("workload", "ddl-dml")
     options = dict(values.get("workload_options", {}))
     try:
         build_generator(name, values.get("seed", 0), values.get("concurrency", 10), options)
-    except OptionError as e:
-        raise ScenarioError(where, f"workload.{e.key}", str(e).split(": ", 1)[1]) from None
+    except ConfigError as e:
+        raise ConfigError(f"workload.{e.key}", e.why, file=where) from None
     except ValueError as e:
-        raise ScenarioError(where, "workload.name", str(e)) from None
+        raise ConfigError("workload.name", str(e), file=where) from None

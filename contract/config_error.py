@@ -1,17 +1,37 @@
-"""One way to say what is wrong with a config file that a pydantic model refused.
+"""The one error of a config that cannot be used: `FILE: KEY: why`, for every config we read.
 
-Scenario files, the nodes file and the nightly matrix are pydantic models; this turns the
-first validation error into the key as the file writes it (`nemesis.kinds`, `node[1].port`)
-and a reason that lists the allowed keys when the key is unknown. It sits low (workloads
-import only the ground floor) so that the harness can use it too without an upward import.
+A scenario file, the nodes file, the nightly matrix, a target's settings and a workload's
+options are all refused the same way, so that the command line can print any of them as one
+line and exit 254 (bad input) without knowing which reader refused it. Those that are pydantic
+models name their problem with `first_problem`: the key as the file writes it (`nemesis.kinds`,
+`node[1].port`) and a reason that lists the allowed keys when the key is unknown.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
+
+WHOLE_FILE = "-"  # the key of a problem with the file as a whole (not printed)
+
+
+class ConfigError(ValueError):
+    """`file` (when known), then the `key` as the file writes it (None or WHOLE_FILE for the
+    whole file), then why, naming what is allowed."""
+
+    def __init__(self, key: str | None, why: str, *, file: str | os.PathLike[str] | None = None):
+        self.file = None if file is None else os.fspath(file)
+        self.key = key
+        self.why = why
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        key = None if self.key == WHOLE_FILE else self.key
+        return ": ".join(part for part in (self.file, key, self.why) if part is not None)
+
 
 # pydantic's error types in the words of a TOML file (a dict is a table there)
 _NEEDS = {
@@ -62,7 +82,7 @@ def _locate(model: type[BaseModel], loc: Sequence[int | str]) -> tuple[str, type
 
 
 def first_problem(model: type[BaseModel], error: ValidationError) -> tuple[str, str]:
-    """(key, why) of the first error; key is "-" when the whole file is wrong."""
+    """(key, why) of the first error; key is WHOLE_FILE when the whole file is wrong."""
     first = error.errors()[0]
     loc = list(first["loc"])
     if first["type"] == "extra_forbidden" and loc:
@@ -74,7 +94,7 @@ def first_problem(model: type[BaseModel], error: ValidationError) -> tuple[str, 
     key, _ = _locate(model, loc)
     kind = first["type"]
     if kind == "missing":
-        return key or "-", "is required"
+        return key or WHOLE_FILE, "is required"
     if kind in _NEEDS:
         why = _NEEDS[kind]
     elif kind in _BOUNDS:
@@ -84,7 +104,7 @@ def first_problem(model: type[BaseModel], error: ValidationError) -> tuple[str, 
         why = first["msg"].removeprefix("Value error, ")
     if kind != "literal_error" and "input" in first:
         why += f", got {first['input']!r}"
-    return key or "-", why
+    return key or WHOLE_FILE, why
 
 
 def one_of(allowed: Iterable[str], what: str) -> Any:

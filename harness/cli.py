@@ -304,6 +304,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.backend:
         opts = replace(opts, backend=args.backend)
+    try:  # as `run` checks it, on every backend's path
+        _check_shape(opts, frozenset(RANGES) | {"test_name"})
+    except BadInput as e:
+        raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
     code, new_dir = _execute(opts, show_progress=not args.no_progress, verbose=args.verbose)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.cli import BadInput, _run_options, _validate
+from harness.cli import BadInput, _run_options, _validate, main
 from harness.cli_parser import build_parser
 from harness.nightly import MatrixError, load_matrix
 from harness.options import OptionRangeError, RunOptions, options_from_run_json
@@ -268,3 +268,21 @@ def test_the_command_refuses_with_254_in_one_line_before_starting(
     assert proc.returncode == 254, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "store" / "latest").exists()  # no run directory was made
+
+
+@pytest.mark.parametrize(
+    ("run_json", "says"),
+    [
+        ('{"test": "latest", "backend": "sim"}', "--test-name: 'latest' is the store's own"),
+        ('{"backend": "sim", "options": {"nodes": 3, "voters": 5}}', "--voters: 5 voters"),
+    ],
+)
+def test_repro_of_a_run_the_store_or_the_cluster_refuses_is_bad_input(
+    tmp_path: Path, run_json: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "store" / "t" / "20261207T000000"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(run_json)
+    assert main(["repro", str(run), "--store", str(tmp_path / "store"), "--no-progress"]) == 254
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run / "run.json") in err and says in err, err

@@ -33,12 +33,13 @@ from harness.nightly import (
     load_matrix,
     run_nightly,
 )
-from harness.options import RunOptions, options_from_run_json
+from harness.options import OptionRangeError, RunOptions, options_from_run_json, shape_problem
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
 from harness.remote_ssh import load_nodes_file
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
+from harness.store import store_name_problem
 from harness.target import SettingsChecker, SettingsError
 from harness.target_settings import own_settings
 from nemesis import parse_kinds
@@ -48,6 +49,7 @@ from sim.run import SimOutcome, run_sim
 from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
+from workloads.option_ranges import RANGES
 from workloads.scenario import load_run_options, load_scenario
 
 ROOT_NEMESES = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
@@ -88,10 +90,32 @@ _SETTING_FLAGS = {
 }
 
 
+def _range_input(e: OptionRangeError, scenario: Path | None, flagged: frozenset[str]) -> BadInput:
+    """An option out of range as bad input, named where it was given: the flag, else the
+    scenario file's key."""
+    bounds = RANGES[e.field]
+    if scenario is not None and e.field not in flagged:
+        return BadInput(f"--scenario: {scenario}: {bounds.key}: {e.why}")
+    return BadInput(f"{bounds.flag}: {e.why}")
+
+
+def _check_shape(opts: RunOptions, flagged: frozenset[str] = frozenset()) -> None:
+    """What every backend's run must pass before anything starts, named by the flag (or by
+    the scenario's key when the value came from the scenario, not a flag in `flagged`): the
+    options together (voters and nodes, the schedule's length) and the test's name."""
+    shape = shape_problem(opts)
+    if shape is not None:
+        raise _range_input(shape, opts.scenario, flagged)
+    why = store_name_problem(opts.test_name) if opts.test_name is not None else None
+    if why is not None:
+        if opts.scenario is not None and "test_name" not in flagged:
+            raise BadInput(f"--scenario: {opts.scenario}: name: {why}")
+        raise BadInput(f"--test-name: {why}")
+
+
 def _validate(opts: RunOptions) -> None:
     """Refuse bad input before anything is started; raise BadInput naming the flag."""
-    if opts.voters > opts.nodes and opts.backend != "ssh":
-        raise BadInput(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
+    _check_shape(opts)
     if opts.target not in TARGETS:
         raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
     target = load_target(opts.target)
@@ -189,10 +213,15 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
         given["nemesis"] = _nemesis_kinds("all")
     if args.no_analyze:
         given["no_analyze"] = True
+    flagged = frozenset(k for k, v in flags.items() if v is not None)
     try:
-        return RunOptions(**given), defaulted
+        opts = RunOptions(**given)
     except TypeError as e:
         raise BadInput(f"--scenario: {e}") from e
+    except OptionRangeError as e:
+        raise _range_input(e, args.scenario, flagged) from e
+    _check_shape(opts, flagged)  # here: on the path every backend takes (sim included)
+    return opts, defaulted
 
 
 def _execute(
@@ -275,6 +304,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.backend:
         opts = replace(opts, backend=args.backend)
+    try:  # as `run` checks it, on every backend's path
+        _check_shape(opts, frozenset(RANGES) | {"test_name"})
+    except BadInput as e:
+        raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
     code, new_dir = _execute(opts, show_progress=not args.no_progress, verbose=args.verbose)
@@ -407,6 +440,8 @@ def _check_matrix(path: Path, backend: str | None = None) -> None:
     for cell in matrix.cells():
         try:
             _validate(cell_options(cell, Path("."), backend))
+        except OptionRangeError as e:  # the matrix checks ranges: a guard, named all the same
+            raise BadInput(f"--matrix: {path}: cell {cell.name}: {e}") from e
         except BadInput as e:
             raise BadInput(f"--matrix: {path}: cell {cell.name}: {e}") from e
 

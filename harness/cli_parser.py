@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-<<<<<<< HEAD
-from harness.cluster_spec import check_run_id
-from harness.exit_codes import EXIT_BAD_INPUT
-=======
 from contract.exit_codes import EXIT_BAD_INPUT
->>>>>>> floor
+from harness.cluster_spec import check_run_id
 from harness.spark_cli import add_spark_commands
 from sim.sweep import add_sweep_command
+from workloads.option_ranges import RANGES
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,16 +22,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -46,14 +34,44 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+def _in_range(field: str) -> Callable[[str], int | float]:
+    """The argparse type of a ranged run option (workloads.option_ranges): a value out of its
+    range, NaN or infinite is refused here, naming the range."""
+    bounds = RANGES[field]
+
+    def parse(text: str) -> int | float:
+        try:
+            value: int | float = int(text) if bounds.integer else float(text)
+        except ValueError:
+            what = "an integer" if bounds.integer else "a number"
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        why = bounds.problem(value)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    parse.__name__ = field  # argparse names the type in its own messages
+    return parse
+
+
+def _ranged_help(field: str, what: str) -> str:
+    """`what (default); its range`: the range is the table's, as the error states it."""
+    return f"{what}; {RANGES[field].describe()}"
+
+
+def _bounded_ms(low: int, high: int) -> Callable[[str], int]:
+    """Milliseconds of a target setting given as a flag, within low..high."""
+
+    def parse(text: str) -> int:
+        value = _non_negative_int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"needs an integer in {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+MAX_SETTING_MS = 3_600_000  # DD and CSmax as flags: up to an hour
 
 
 def _port(text: str) -> int:
@@ -115,12 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
             "process on virtual time, replayable bit for bit, docs/simulation.md)"
         ),
     )
-    run.add_argument("--nodes", type=_positive_int, default=None, help="node count (5)")
+    run.add_argument(
+        "--nodes",
+        type=_in_range("nodes"),
+        default=None,
+        help=_ranged_help("nodes", "node count (5)"),
+    )
     run.add_argument(
         "--voters",
-        type=_positive_int,
+        type=_in_range("voters"),
         default=None,
-        help="Meta Storage voters, the first N nodes (3); the rest are learners",
+        help=_ranged_help(
+            "voters", "Meta Storage voters, the first N nodes (3); the rest are learners"
+        ),
     )
     run.add_argument(
         "--nodes-file",
@@ -129,9 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML of [[nodes]] name, host, port, user, key (ssh backend)",
     )
     run.add_argument(
-        "--time-limit", type=_positive_float, default=None, help="seconds of workload (60)"
+        "--time-limit",
+        type=_in_range("time_limit_s"),
+        default=None,
+        help=_ranged_help("time_limit_s", "seconds of workload (60)"),
     )
-    run.add_argument("--concurrency", type=_positive_int, default=None, help="client processes (5)")
+    run.add_argument(
+        "--concurrency",
+        type=_in_range("concurrency"),
+        default=None,
+        help=_ranged_help("concurrency", "client processes (5)"),
+    )
     run.add_argument(
         "--nemesis",
         default=None,
@@ -139,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         "root, the kinds that need no root)",
     )
     run.add_argument(
-        "--nemesis-interval", type=_positive_float, default=None, help="seconds between faults (10)"
+        "--nemesis-interval",
+        type=_in_range("nemesis_interval_s"),
+        default=None,
+        help=_ranged_help(
+            "nemesis_interval_s",
+            "seconds between faults (10), at most 302400 faults (7 days at 1 s) a run",
+        ),
     )
     run.add_argument("--workload", default=None, help="workload name (ddl-dml)")
     run.add_argument(
@@ -149,20 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="enable a schemasync bug toggle (repeatable; the target setting toggles)",
     )
-    run.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (0)")
+    run.add_argument(
+        "--seed", type=_in_range("seed"), default=None, help=_ranged_help("seed", "random seed (0)")
+    )
     run.add_argument("--store", type=Path, default=None, help="results store (./store)")
     run.add_argument("--scenario", type=Path, default=None, help="scenario file (TOML)")
     run.add_argument(
         "--delay-ms",
-        type=_positive_int,
+        type=_bounded_ms(1, MAX_SETTING_MS),
         default=None,
-        help="schemasync delay duration DD in ms (500)",
+        help=f"schemasync delay duration DD in ms (500; 1..{MAX_SETTING_MS})",
     )
     run.add_argument(
         "--max-skew-ms",
-        type=_non_negative_int,
+        type=_bounded_ms(0, MAX_SETTING_MS),
         default=None,
-        help="schemasync max clock skew CSmax in ms (500)",
+        help=f"schemasync max clock skew CSmax in ms (500; 0..{MAX_SETTING_MS})",
     )
     run.add_argument("--test-name", default=None, help="name of the test in the store")
     run.add_argument("--target", default=None, help="database under test (schemasync)")
@@ -173,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--ready-timeout",
-        type=_positive_float,
+        type=_in_range("ready_timeout_s"),
         default=None,
-        help="seconds to wait for the cluster to be ready (60)",
+        help=_ranged_help("ready_timeout_s", "seconds to wait for the cluster to be ready (60)"),
     )
     run.add_argument(
         "--local-base",

@@ -39,6 +39,7 @@ from reports.expectation import expect_of
 from reports.nightly import CellOutcome, read_json, write_summary
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
+from workloads.option_ranges import range_problem
 from workloads.scenario import EXPECTABLE, load_run_options
 
 log = logging.getLogger("schemachaos.nightly")
@@ -182,12 +183,22 @@ def _check_toggles(path: Path, where: str, target_name: str, toggles: Sequence[s
 
 
 def _check_types(path: Path, where: str, fields: Mapping[str, Any]) -> None:
-    """RunOptions fields given in the matrix have their field's type."""
+    """RunOptions fields given in the matrix have their field's type, and a number its range
+    (workloads.option_ranges: the flags' and the scenario files')."""
+    for key, value in fields.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            _check_range(path, f"{where}.{key}", key, value)
     try:
         RUN_OPTIONS.validate_python(dict(fields))
     except ValidationError as e:
         first = e.errors()[0]
         raise ConfigError(f"{where}.{_where(first['loc'])}", first["msg"], file=path) from None
+
+
+def _check_range(path: Path, where: str, field: str, value: object) -> None:
+    why = range_problem(field, value)
+    if why is not None:
+        raise ConfigError(where, why, file=path)
 
 
 def load_matrix(path: Path) -> Matrix:
@@ -216,6 +227,8 @@ def load_matrix(path: Path) -> Matrix:
             parse_kinds(n.kinds)
         except ValueError as e:
             raise ConfigError(f"nemesis[{i}].kinds", str(e), file=path) from e
+        if n.interval_s is not None:
+            _check_range(path, f"nemesis[{i}].interval_s", "nemesis_interval_s", n.interval_s)
         interval = float(n.interval_s) if n.interval_s is not None else None
         nemeses.append(NemesisSpec(n.name, tuple(n.kinds), interval))
     scenarios = []
@@ -245,6 +258,8 @@ def load_matrix(path: Path) -> Matrix:
         )
     if not parsed.seeds:
         raise ConfigError("seeds", "empty, so no scenario selects a cell", file=path)
+    for i, seed in enumerate(parsed.seeds):
+        _check_range(path, f"seeds[{i}]", "seed", seed)
     return Matrix(tuple(scenarios), tuple(nemeses), tuple(parsed.seeds), dict(parsed.defaults))
 
 

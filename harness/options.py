@@ -8,6 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads.option_ranges import RANGES, range_problem, schedule_problem
+
+
+class OptionRangeError(ValueError):
+    """A run option outside its range (workloads.option_ranges): the field and why."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+        self.why = why
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -38,6 +49,25 @@ class RunOptions:
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ()  # anomaly classes a scenario expects (for nightly gating)
+
+    def __post_init__(self) -> None:
+        """Every path builds a RunOptions: none of them can carry a value out of range."""
+        for name in RANGES:
+            why = range_problem(name, getattr(self, name))
+            if why is not None:
+                raise OptionRangeError(name, why)
+
+
+def shape_problem(opts: RunOptions) -> OptionRangeError | None:
+    """What the options' values refuse together: more voters than nodes (but on ssh, where
+    the nodes file says how many), a fault schedule too long to build (None: nothing)."""
+    if opts.voters > opts.nodes and opts.backend != "ssh":
+        return OptionRangeError("voters", f"{opts.voters} voters but only {opts.nodes} nodes")
+    if opts.nemesis:
+        why = schedule_problem(opts.time_limit_s, opts.nemesis_interval_s)
+        if why is not None:
+            return OptionRangeError("nemesis_interval_s", why)
+    return None
 
 
 def options_from_run_json(run_json_path: Path, store: Path | None = None) -> RunOptions:

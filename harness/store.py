@@ -34,14 +34,37 @@ class RunDir(RunPaths):
         return d
 
 
+# the store's own entries at its top: a test of that name would be a loop (`latest` pointing
+# into itself) or would mix its runs with the nights (`nightly/<night>/`)
+RESERVED_NAMES = frozenset({"latest", "nightly"})
+
+
 def safe_name(name: str) -> str:
     return _NAME_OK.sub("-", name).strip("-.") or "test"
 
 
+def store_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a test in the store (None: it can). A plain name only: not
+    empty, no path (`/`, `..`), not hidden, and none of the store's own entries."""
+    if not name.strip():
+        return "empty"
+    if "/" in name or "\\" in name or "\0" in name or name in (".", ".."):
+        return f"not a plain name: {name!r} (no '/', '..' or NUL)"
+    if name.startswith("."):
+        return f"a hidden name: {name!r} (the store keeps its temporary entries so)"
+    if safe_name(name) in RESERVED_NAMES:
+        reserved = ", ".join(sorted(RESERVED_NAMES))
+        return f"{name!r} is the store's own entry (reserved: {reserved})"
+    return None
+
+
 def new_run_dir(store: Path, test: str) -> RunDir:
     """Create `store/<test>/<timestamp>/` (a suffix if that second is taken) and point the
-    `latest` links at it."""
+    `latest` links at it. A name that is one of the store's own entries raises ValueError
+    (the command line refuses it first, with store_name_problem's stricter rule)."""
     test = safe_name(test)
+    if test in RESERVED_NAMES:
+        raise ValueError(f"test name: {test!r} is the store's own entry")
     parent = store / test
     parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

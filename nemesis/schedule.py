@@ -8,7 +8,9 @@ and replayed exactly by `repro`.
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,14 +99,17 @@ def build_schedule(
 ) -> list[NemesisStep]:
     """Healthy for interval_s, a fault for interval_s, healthy again, ... until time_limit_s.
 
+    Time linear in the schedule's length (a 7-day soak at 1 s is 604800 steps).
     Kinds are taken in a seeded shuffled rotation so each appears once before any repeats;
     a fault is scheduled only if it also ends (is healed) within the time limit. `options` is
     the scenario's `[nemesis.options]`: it narrows what each kind may pick (see fault_params).
     voters is part of the signature for targets that need it; learners-only faults drop out
     when the cluster has no learners.
     """
-    if interval_s <= 0:
-        raise ValueError("nemesis interval must be > 0")
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise ValueError(f"nemesis interval must be a finite number > 0, got {interval_s!r}")
+    if not math.isfinite(time_limit_s):  # the loop below ends only at a finite limit
+        raise ValueError(f"time limit must be finite, got {time_limit_s!r}")
     plan = FaultPlan(nodes, learners, max_skew_s, interval_s, options or {})
     named = parse_kinds(kinds)
     usable = [k for k in named if NEMESES[k].unusable(plan) is None]
@@ -113,6 +118,7 @@ def build_schedule(
     rng = random.Random(seed)
     steps: list[NemesisStep] = []
     rotation: list[str] = []
+    drawn: Counter[str] = Counter()  # faults of each kind so far: a kind's nth, in O(1)
     fault = 0
     start = interval_s
     while usable and start + interval_s <= time_limit_s + 1e-9:
@@ -120,8 +126,8 @@ def build_schedule(
             rotation = list(usable)
             rng.shuffle(rotation)
         kind = rotation.pop()
-        nth = sum(1 for s in steps if s.action == START[kind])
-        params = NEMESES[kind].draw(rng, plan, nth)
+        params = NEMESES[kind].draw(rng, plan, drawn[kind])
+        drawn[kind] += 1
         tag = {"fault": fault, "kind": kind}
         steps.append(NemesisStep(rounded(start), START[kind], {**tag, **params}))
         steps.append(NemesisStep(rounded(start + interval_s), STOP[kind], dict(tag)))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import harness.cluster_spec as cluster_spec
+from contract.exit_codes import EXIT_BAD_INPUT
 from harness.cli_parser import build_parser
-from harness.exit_codes import EXIT_BAD_INPUT
 from tests.test_harness_ssh import sshd_hosts  # noqa: F401  (fixture)
 from tests.test_harness_support import node_image  # noqa: F401  (fixture)
 

@@ -23,6 +23,12 @@ file, the key and what is allowed, never a traceback.
     [workload]
     name = "ddl-dml"                      # any other key is a workload option
     ddl_interval_s = 0.5
+
+Every number has a finite range (workloads.option_ranges, the same as the flags'): seed
+0..2^63-1 (an int64, as run.json holds it), target.nodes and target.voters 1..64 (voters <=
+nodes), concurrency 1..1024, time_limit_s > 0 and <= 604800 (7 days), nemesis.interval_s
+0.001..86400, and at most 302400 faults a run (time_limit_s / (2 * interval_s): 7 days at 1 s).
+NaN and infinities (TOML's `nan`, `inf`) are refused like any value out of range.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from pydantic import (
 
 from checker.anomaly_classes import ANOMALY_CLASSES, UNAVAILABILITY
 from contract.config_error import WHOLE_FILE, ConfigError, first_problem, one_of
+from workloads.option_ranges import RANGES, range_problem, schedule_problem
 
 # What `expect` may name: the anomaly classes, plus the one liveness finding
 EXPECTABLE: tuple[str, ...] = (*ANOMALY_CLASSES, UNAVAILABILITY)
@@ -247,18 +254,15 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
         if not ok:
             raise ConfigError(key, f"{why}, got {values[key]!r}", file=where)
 
-    def integer(key: str, low: int) -> None:
-        v = values.get(key)
-        if key in values:
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= low
-            need(key, ok, f"needs an integer >= {low}")
-
-    def number(key: str, low: float) -> None:
-        v = values.get(key)
-        if key in values:
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and v > low
-            need(key, ok, f"needs a number > {low}")
-            values[key] = float(v)  # type: ignore[arg-type]
+    def ranged(key: str) -> None:
+        """Within its range (workloads.option_ranges), named by the file's key."""
+        if key not in values:
+            return
+        why = range_problem(key, values[key])
+        if why is not None:
+            raise ConfigError(RANGES[key].key, why, file=where)
+        if not RANGES[key].integer:
+            values[key] = float(values[key])
 
     def strings(key: str, allowed: tuple[str, ...] | None) -> None:
         if key not in values:
@@ -275,18 +279,20 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     for key in ("name", "description", "target", "workload"):
         if key in values:
             need(key, isinstance(values[key], str), "needs a string")
-    integer("seed", 0)
-    integer("concurrency", 1)
-    integer("nodes", 1)
-    integer("voters", 1)
-    number("time_limit_s", 0.0)
-    number("nemesis_interval_s", 0.0)
+    for key in ("seed", "concurrency", "nodes", "voters", "time_limit_s", "nemesis_interval_s"):
+        ranged(key)
     strings("nemesis", None)
     strings("expect", EXPECTABLE)
     if "backend" in values:
         need("backend", values["backend"] in BACKENDS, f"needs one of {', '.join(BACKENDS)}")
     if values.get("voters", 3) > values.get("nodes", 5):
         raise ConfigError("voters", "more voters than nodes", file=where)
+    if values.get("nemesis"):
+        too_long = schedule_problem(
+            values.get("time_limit_s", 60.0), values.get("nemesis_interval_s", 10.0)
+        )
+        if too_long is not None:
+            raise ConfigError(RANGES["nemesis_interval_s"].key, too_long, file=where)
     if "workload" in values or "workload_options" in values:
         _check_workload(values, where)
     return Scenario(**values)

@@ -287,7 +287,9 @@ def _last_writes(writes: DataFrame, clock_free: bool) -> DataFrame:
 
 
 def _norm(c: Column) -> Column:
-    return F.upper(F.regexp_replace(F.trim(c), r"\s+", " "))
+    """A statement as lost-ddl compares it: as text, leading and trailing whitespace ignored
+    (anomalies.md); case and inner spacing count (F.trim alone strips spaces only)."""
+    return F.regexp_replace(c, r"^\s+|\s+$", "")
 
 
 def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:

@@ -15,6 +15,7 @@ ANOMALY_CLASSES: tuple[str, ...] = (
     "index-missing",
     "index-orphan",
     "activation-order",
+    "ddl-outcome",
     "replica-divergence",
 )
 

@@ -8,6 +8,7 @@ and each error here says what is missing precisely enough to act on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ FINAL_READ = "final-read"
 # a start-X is closed by stop-X or heal-X (partition heals) or by a heal-all after it
 CLOSERS = ("stop-", "heal-")
 HEAL_ALL = "heal-all"
+EFFECT = "effect"  # fault evidence: a nemesis event that never opens or closes a fault
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ def check_completeness(
     if open_invokes:
         errors.append(open_invokes)
     errors.extend(unhealed_faults(facts.nemesis))
+    errors.extend(ineffective_faults(facts.nemesis))
     written = _written_tables(frames, run, last_line, lines)
     reads = facts.final_reads
     missing, undecided = missing_final_reads(written, reads, last_line, lines)
@@ -120,6 +123,27 @@ def unhealed_faults(events: Iterable[Any]) -> list[str]:
         for kind, starts in sorted(open_.items())
         for index, _ in starts
     ]
+
+
+def ineffective_faults(events: Iterable[Any]) -> list[str]:
+    """A sentence per fault evidence event that says `"effective": false` (history.md, "Fault
+    evidence"): the run did not test what it claims. Only a JSON `false` counts; evidence of
+    any other shape says nothing either way."""
+    out = []
+    for e in sorted(events, key=lambda e: int(e["index"])):
+        value = value_or_none(e.get("value_json")) if str(e["f"]) == EFFECT else None
+        if not isinstance(value, dict) or value.get("effective") is not False:
+            continue
+        start = value.get("start_index")
+        node = value.get("node")
+        evidence = json.dumps(value.get("evidence"), sort_keys=True, default=str)
+        out.append(
+            f"history.jsonl: fault {value.get('fault')}"
+            + (f" started at index {start}" if start is not None else "")
+            + f" did not take effect{f' on {node}' if node else ''}"
+            + f" (evidence at index {e['index']}: {evidence}): the run did not test what it claims"
+        )
+    return out
 
 
 def _fault(event: Mapping[str, Any]) -> Any:

@@ -287,7 +287,9 @@ def _last_writes(writes: DataFrame, clock_free: bool) -> DataFrame:
 
 
 def _norm(c: Column) -> Column:
-    return F.upper(F.regexp_replace(F.trim(c), r"\s+", " "))
+    """A statement as lost-ddl compares it: as text, leading and trailing whitespace ignored
+    (anomalies.md); case and inner spacing count (F.trim alone strips spaces only)."""
+    return F.regexp_replace(c, r"^\s+|\s+$", "")
 
 
 def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
@@ -301,12 +303,17 @@ def lost_ddl(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     on = (F.col("_vr") == F.col("run")) & (F.col("_v") == F.col("catalog_version"))
     j = frames.ddls.join(F.broadcast(versions), on, "left")
     missing = j.where(F.col("_v").isNull())
-    moved = j.where(F.col("_v").isNotNull() & (F.col("cat_activation") != F.col("activation_ts")))
+    # without a clock an activation_ts is opaque: lost-ddl compares the version and the
+    # statement only (history.md, `"clock": "none"`)
+    same_activation = (
+        F.lit(True) if cat.clock_free else F.col("cat_activation") == F.col("activation_ts")
+    )
+    moved = j.where(F.col("_v").isNotNull() & ~same_activation)
     # every ack's statement, not only where two acks share a version: a catalog that holds
     # another DDL at the acknowledged version lost the acknowledged one
     other = j.where(
         F.col("_v").isNotNull()
-        & (F.col("cat_activation") == F.col("activation_ts"))
+        & same_activation
         & ~_norm(F.col("stmt")).eqNullSafe(_norm(F.col("cat_ddl")))
     )
     head = sentence(

@@ -1,8 +1,11 @@
 """F1's index corruptions in the final reads: index-missing and index-orphan.
 
 Only indexes AVAILABLE at the read's timestamp are judged: a REGISTERED or BUILDING index is
-legitimately incomplete. An entry whose row does not exist, or whose indexed values differ from
-the row's, is an orphan; a row with no entry at all is a missing entry.
+legitimately incomplete. Without comparable timestamps (`"clock": "none"`) the index's state is
+the one of the last catalog version: final reads come after the heal, when the catalog is the
+last one (history.md lists both classes among those that apply on such a run).
+An entry whose row does not exist, or whose indexed values differ from the row's, is an
+orphan; a row with no entry at all is a missing entry.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def _available_index_reads(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     reads = frames.index_reads.withColumn("_rn", F.row_number().over(latest)).where(
         F.col("_rn") == 1
     )
-    reads = cat.with_version(reads, "ts", "iv")
+    reads = _with_index_version(reads, cat)
     idx = cat.indexes.select(
         F.col("run").alias("_irun"),
         F.col("catalog_version").alias("_icv"),
@@ -42,6 +45,14 @@ def _available_index_reads(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
         .where(F.col("state") == "AVAILABLE")
         .drop("_irun")
     )
+
+
+def _with_index_version(reads: DataFrame, cat: CatalogIndex) -> DataFrame:
+    """`reads` plus `iv`: cat(ts) of each read, or the run's last version without a clock."""
+    if not cat.clock_free:
+        return cat.with_version(reads, "ts", "iv")
+    last = cat.versions.groupBy(F.col("run").alias("_lr")).agg(F.max("catalog_version").alias("iv"))
+    return reads.join(F.broadcast(last), F.col("_lr") == F.col("run")).drop("_lr")
 
 
 def _table_reads(frames: RunFrames) -> DataFrame:

@@ -1,6 +1,7 @@
 """The real-time checks on a run without comparable timestamps (`"clock": "none"`, as the
 PostgreSQL target writes): lost-write and schema-conformance still judge, by real time and by the
-schema version each read reported, while the timestamp checks are not applicable."""
+schema version each read reported; lost-ddl by version and statement; the index classes against
+the last catalog version; the timestamp checks are not applicable (history.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def clock_none(run: Path) -> Path:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("case", ["lost-write", "schema-conformance"])
+@pytest.mark.parametrize(
+    "case", ["lost-write", "schema-conformance", "lost-ddl", "index-missing", "index-orphan"]
+)
 def test_clock_free_checks_find_the_same_witnesses(
     case: str,
     tmp_path: Path,
@@ -172,3 +175,35 @@ def test_an_unknown_write_after_a_rename_may_have_overwritten_the_key(
     assert undecided["valid"] is True, (undecided["anomalies"], undecided["errors"])
     lost = judged("lost", unknown_write=False)
     assert witnesses(lost, "lost-write") == [[1, 3]], lost["anomalies"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("clock", ["hlc", "none"])
+def test_without_a_clock_lost_ddl_compares_version_and_statement_not_activation(
+    clock: str,
+    tmp_path: Path,
+    spark: SparkSession,  # noqa: F811
+) -> None:
+    """An ack of version 4 with its statement but another activation_ts: lost-ddl with a clock,
+    nothing without one (the activation is opaque); the ack of another statement at version 4
+    is lost-ddl either way."""
+    from tests.runbuilder import complete_events, write_run
+
+    def acked(stmt: str) -> list[dict[str, Any]]:
+        value = {"stmt": stmt, "table": "t1", "kind": "drop_column"}
+        ok = {**value, "catalog_version": 4, "activation_ts": 12345}
+        return [
+            {"type": "invoke", "process": 30, "f": "ddl", "value": value},
+            {"type": "ok", "process": 30, "f": "ddl", "node": "n1", "value": ok},
+            *complete_events(),
+        ]
+
+    same = write_run(tmp_path / "same", acked("ALTER TABLE t1 DROP COLUMN c3"))
+    other = write_run(tmp_path / "other", acked("ALTER TABLE t1 DROP COLUMN c2"))
+    if clock == "none":
+        same, other = clock_none(same), clock_none(other)
+    found = [
+        {a["class"] for a in analyze_run(r, spark=spark, options=FAST)["anomalies"]}
+        for r in (same, other)
+    ]
+    assert found == [set() if clock == "none" else {"lost-ddl"}, {"lost-ddl"}], found

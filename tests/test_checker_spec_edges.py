@@ -1066,9 +1066,14 @@ def test_times_and_timestamps_at_the_edges_of_64_bits_are_judged(
     judged: Judged, reading: str
 ) -> None:
     """Any int64 is legal in `time` and a `*_ts`: a latency or a statistics window that would
-    not fit in 64 bits neither crashes the analysis nor hides the lost-ddl the ack shows."""
+    not fit in 64 bits neither crashes the analysis nor hides the lost-ddl the ack shows. The
+    DROP of c3 invoked after the ack of version 5 (which has no c3) could only have run
+    against version 5: its success is also a ddl-outcome (anomalies.md's window)."""
     results = judged[reading]["edges-of-64-bits"]
-    assert classes(results) == {"lost-ddl"} and results["errors"] == [], results
+    assert classes(results) == {"lost-ddl", "ddl-outcome"}, results
+    assert results["errors"] == [], results
+    (outcome,) = [a for a in results["anomalies"] if a["class"] == "ddl-outcome"]
+    assert outcome["events"] == [10, 11], outcome
     assert results["stats"]["ddl_windows"], results["stats"]
 
 
@@ -1102,3 +1107,133 @@ def test_opaque_timestamps_may_be_negative(judged: Judged, reading: str) -> None
     # the txn's ops, participant and probe all fall before the first catalog version
     before = {"ap-violation", "mixed-schema-commit", "transborder-op"}
     assert classes(hlc) == before and hlc["errors"] == [], hlc
+
+
+def _with_ddl(stmt: str, kind: str, outcome: dict[str, Any]) -> list[dict[str, Any]]:
+    """A DDL on t1 (its invoke and `outcome`), then the base history."""
+    ddl = {"stmt": stmt, "table": "t1", "kind": kind}
+    done = {**_invoke(1, 30, "ddl", {**ddl, **outcome.pop("value", {})}), "node": "n1", **outcome}
+    events = [_invoke(0, 30, "ddl", ddl), done]
+    for e in base():
+        events.append({**e, "index": e["index"] + 2, "time": e["time"] + 2})
+    return events
+
+
+def _acked_as_version_4(stmt: str) -> list[dict[str, Any]]:
+    """`stmt` acknowledged as catalog version 4, whose DDL is 'ALTER TABLE t1 DROP COLUMN c3'."""
+    ack = {"catalog_version": 4, "activation_ts": 196608000}
+    return _with_ddl(stmt, "drop_column", {"type": "ok", "value": ack})
+
+
+def _schema_error(code: str) -> dict[str, Any]:
+    return {"type": "fail", "error": {"code": code, "message": "refused", "retriable": False}}
+
+
+# lost-ddl compares statements as text with only leading and trailing whitespace ignored
+events_case("ddl-same-text-padded", lambda: _acked_as_version_4(" ALTER TABLE t1 DROP COLUMN c3\n"))
+events_case("ddl-other-case", lambda: _acked_as_version_4("alter table t1 drop column c3"))
+events_case("ddl-inner-space", lambda: _acked_as_version_4("ALTER TABLE t1  DROP COLUMN c3"))
+
+
+@pytest.mark.spark
+def test_lost_ddl_compares_statements_as_text_ignoring_only_the_outer_whitespace(
+    judged: Judged,
+) -> None:
+    padded = judged["python"]["ddl-same-text-padded"]
+    assert padded["valid"] is True and padded["errors"] == [], padded
+    for name in ("ddl-other-case", "ddl-inner-space"):
+        results = judged["python"][name]
+        assert classes(results) == {"lost-ddl"}, (name, results)
+        assert results["anomalies"][0]["events"] == [1], results
+
+
+# ddl-outcome: t1 (c1, c2) exists at version 5, the window of a DDL no ack preceded
+events_case(
+    "ddl-table-not-found-while-it-exists",
+    lambda: _with_ddl(
+        "ALTER TABLE t1 DROP COLUMN c2", "drop_column", _schema_error("TABLE_NOT_FOUND")
+    ),
+)
+events_case(
+    "ddl-invalid-where-the-column-is-absent",
+    lambda: _with_ddl(
+        "ALTER TABLE t1 ADD COLUMN c7 INT32", "add_column", _schema_error("DDL_INVALID")
+    ),
+)
+events_case(
+    "ddl-invalid-where-the-column-exists",
+    lambda: _with_ddl(
+        "ALTER TABLE t1 ADD COLUMN c2 INT32", "add_column", _schema_error("DDL_INVALID")
+    ),
+)
+events_case(
+    "ddl-timeout",
+    lambda: _with_ddl("ALTER TABLE t1 DROP COLUMN c2", "drop_column", _schema_error("TIMEOUT")),
+)
+events_case(
+    "ddl-info",
+    lambda: _with_ddl(
+        "ALTER TABLE t1 DROP COLUMN c2",
+        "drop_column",
+        {**_schema_error("TABLE_NOT_FOUND"), "type": "info"},
+    ),
+)
+
+
+@pytest.mark.spark
+@PATHS
+def test_a_ddls_own_outcome_is_judged_against_the_states_it_could_have_run_against(
+    judged: Judged, reading: str
+) -> None:
+    """Both ways: an error every state rules out is ddl-outcome (and nothing else, on both
+    readings); an error a state explains, one that names no schema cause, and an indeterminate
+    DDL are not."""
+    for name in ("ddl-table-not-found-while-it-exists", "ddl-invalid-where-the-column-is-absent"):
+        results = judged[reading][name]
+        assert classes(results) == {"ddl-outcome"} and results["valid"] is False, (name, results)
+        (witness,) = results["anomalies"]
+        assert witness["events"] == [0, 1] and witness["nodes"] == ["n1"], witness
+        assert "version 5" in witness["explanation"], witness
+    for name in ("ddl-invalid-where-the-column-exists", "ddl-timeout", "ddl-info"):
+        results = judged[reading][name]
+        assert results["valid"] is True and results["errors"] == [], (name, results)
+
+
+def _with_evidence(
+    effective: Any, events: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The base history (or `events`) with a partition, and evidence of it saying `effective`."""
+    out = [dict(e) for e in (events or base())]
+    n = len(out)
+    start = {"index": n, "time": 5_100_000_000, "type": "info", "process": "nemesis",
+             "f": "start-partition", "value": {"fault": 1, "kind": "partition"}}  # fmt: skip
+    effect = {**start, "index": n + 1, "time": 5_100_000_001, "f": "effect",
+              "value": {"fault": "start-partition", "start_index": n, "node": "n3",
+                        "effective": effective,
+                        "evidence": {"request": "n1->n3", "ok": True}}}  # fmt: skip
+    heal = {**start, "index": n + 2, "time": 5_100_000_002, "f": "heal-partition"}
+    return [*out, start, effect, heal]
+
+
+events_case("evidence-effective", lambda: _with_evidence(True))
+events_case("evidence-ineffective", lambda: _with_evidence(False))
+events_case(
+    "evidence-ineffective-lost-ddl",
+    lambda: _with_evidence(False, _acked_as_version_4("alter table t1 drop column c3")),
+)
+
+
+@pytest.mark.spark
+def test_a_fault_that_did_not_take_effect_makes_the_run_unknown(judged: Judged) -> None:
+    """history.md: evidence saying `"effective": false` means the run did not test what it
+    claims (unknown, the fault named); `true` changes nothing; an anomaly the events prove is
+    still reported, and the verdict is then false."""
+    ok = judged["python"]["evidence-effective"]
+    assert ok["valid"] is True and ok["errors"] == [], ok
+    bad = judged["python"]["evidence-ineffective"]
+    assert bad["valid"] == "unknown" and bad["anomalies"] == [], bad
+    (error,) = bad["errors"]
+    assert "start-partition started at index 8 did not take effect on n3" in error, error
+    proven = judged["python"]["evidence-ineffective-lost-ddl"]
+    assert proven["valid"] is False and classes(proven) == {"lost-ddl"}, proven
+    assert any("did not take effect" in e for e in proven["errors"]), proven

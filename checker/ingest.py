@@ -11,7 +11,8 @@ when that copy is complete (its footer counts every event of history.jsonl, byte
 read instead of the JSON, with the same per-line checks; a torn or partial copy (a killed
 controller) is ignored and the JSONL is parsed as for any foreign history. A small complete copy
 is the cache itself: its events are validated and kept in memory in one job, with no Parquet
-rewrite (a second job, and a tenth of a cold analysis of 7,000 events).
+rewrite (a second job, and a tenth of a cold analysis of 7,000 events). A run directory that
+takes no file (a read-only mount) gets no cache: its events are kept by Spark for the analysis.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pyspark.sql import types as T
 
 from checker.catalog_index import RUN
 from checker.contract import CLIENT_FS, EVENT_TYPES, ContractError, schema, validate_history_file
+from checker.results_file import refuses_files
 
 PARQUET_DIR = "history.parquet"
 COLUMNAR_FILE = "history.columnar.parquet"
@@ -323,7 +325,7 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
     stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": FORMAT_VERSION}
     parquet = run_dir / PARQUET_DIR
     stamp_file = parquet / SOURCE_STAMP
-    if stamp_file.exists() and _stamp_matches(stamp_file, stamp):
+    if _stamp_matches(stamp_file, stamp):  # OSError (none there, unreadable): no
         saved = json.loads(stamp_file.read_text("utf-8"))
         known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), PARQUET_DIR)
         return _Opened(spark.read.parquet(str(parquet)), source, PARQUET_DIR, known=known)
@@ -332,6 +334,8 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
         # typed with the batch's other copies (ingest_histories)
         raw = _scan_columnar(spark, run_dir / COLUMNAR_FILE)
         return _Opened(raw, source, COLUMNAR_FILE, in_place=True)
+    if refuses_files(run_dir) is not None:
+        return _uncached(spark, run_dir, rows is not None, python_validation_max_bytes)
     if parquet.exists():
         shutil.rmtree(parquet)
     truncated = False
@@ -355,6 +359,24 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
     used = COLUMNAR_FILE if rows is not None else "history.jsonl"
     raw = spark.read.parquet(str(parquet))
     return _Opened(raw, source, used, torn_known=truncated, stamp=stamp)
+
+
+def _uncached(
+    spark: SparkSession, run_dir: Path, columnar: bool, python_validation_max_bytes: int
+) -> _Opened:
+    """A run directory that takes no file (a read-only mount) is judged without its cache: the
+    events parsed once and kept by Spark (in memory, else its local disks) for the analysis."""
+    source = run_dir / "history.jsonl"
+    truncated = False
+    if columnar:
+        parsed = _read_columnar(spark, run_dir / COLUMNAR_FILE)
+    else:
+        if source.stat().st_size <= python_validation_max_bytes:
+            _, truncated = validate_history_file(source)
+        parsed = _parse_lines(spark, source)
+    raw = parsed.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    used = COLUMNAR_FILE if columnar else "history.jsonl"
+    return _Opened(raw, source, used, torn_known=truncated)
 
 
 def _good(raw: DataFrame) -> DataFrame:

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import require
 
+pytestmark = pytest.mark.root  # mounts, chattr, setpriv
 REPO = Path(__file__).resolve().parent.parent
 HISTORIES = REPO / "tests" / "histories"
 NO_DAC = ["-dac_override,-dac_read_search"]

@@ -11,7 +11,7 @@ in `errors`, and the verdict is "unknown" unless the prefix already shows an ano
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -40,11 +40,13 @@ from checker.frames import RunFrames, build_frames, kept_as_rows, release
 from checker.freshness import ack_lookup, stale_schema_read
 from checker.indexes import index_missing, index_orphan
 from checker.ingest import PYTHON_VALIDATION_MAX_BYTES, Validated, ingest_histories
+from checker.readable import check_run_dir_readable
+from checker.results_file import clear_old_results, write_results
 from checker.run_facts import with_facts
 from checker.session import build_session, local_heap_bytes
 from checker.stats import StatsOptions, compute_stats
 from contract.exit_codes import EXIT_ANOMALIES, EXIT_UNKNOWN, EXIT_VALID
-from contract.rundir import HISTORY, RESULTS
+from contract.rundir import HISTORY
 
 Check = Callable[[RunFrames, CatalogIndex], DataFrame]
 
@@ -146,14 +148,25 @@ def analyze_runs(
     The runs are judged together, in one plan per batch partitioned by run (`batches`): every
     step of a check runs once for all of them, where one plan per run paid each step's fixed
     cost once per run. Each run gets what it gets judged alone. A crash of the checker (a bug,
-    never a verdict) is raised once every other run's results.json is written."""
+    never a verdict) is raised once every other run's results.json is written.
+
+    Before anything is analysed each run's old results.json is removed (StaleResults, with
+    nothing analysed, when one cannot be); a directory that takes no file is judged all the
+    same, its verdict only returned. A directory named twice is judged once."""
     started = time.monotonic()
+    # the same directory named twice (or store/latest beside its target) is judged once
+    first_of: dict[Path, int] = {}
+    for i, d in enumerate(run_dirs):
+        first_of.setdefault(Path(d).resolve(), i)
+    unique = sorted(first_of.values())
+    # before any analysis: no earlier verdict may outlive this one (StaleResults otherwise)
+    writable = {i for i in unique if options.write_results and _clear_old(Path(run_dirs[i]))}
     results: dict[int, dict[str, Any]] = {}
     crashes: list[Exception] = []
     readable: list[_Readable] = []
-    for i, d in enumerate(run_dirs):
+    for i in unique:
         try:  # the small files first: a broken run directory needs no Spark at all
-            readable.append(_read_small_files(i, Path(d)))
+            readable.append(_read_small_files(i, Path(run_dirs[i])))
         except ContractError as e:
             results[i] = _unknown([str(e)], started)
     try:
@@ -176,13 +189,18 @@ def analyze_runs(
                     session.stop()
     finally:  # whatever fails, a run already judged keeps its verdict (a session that would
         # not start or stop, Ctrl-C between batches)
-        for i, d in enumerate(run_dirs):
-            if options.write_results and i in results and Path(d).is_dir():
-                text = json.dumps(results[i], indent=2, default=str) + "\n"
-                (Path(d) / RESULTS).write_text(text)
+        for i in sorted(writable & results.keys()):
+            # a failed write leaves no results.json (the old one is gone): never a stale one
+            with contextlib.suppress(OSError):
+                write_results(Path(run_dirs[i]), results[i])
     if crashes:  # every run that could be judged has its results.json; the crash still shows
         raise crashes[0]
-    return [results[i] for i in range(len(run_dirs))]
+    return [results[first_of[Path(d).resolve()]] for d in run_dirs]
+
+
+def _clear_old(run_dir: Path) -> bool:
+    """clear_old_results of a run directory that exists (one gone is judged unknown)."""
+    return run_dir.is_dir() and clear_old_results(run_dir)
 
 
 def _judged_or_isolated(
@@ -234,6 +252,7 @@ class _Readable:
 def _read_small_files(run: int, run_dir: Path) -> _Readable:
     if not run_dir.is_dir():
         raise ContractError(str(run_dir), None, None, "not a run directory")
+    check_run_dir_readable(run_dir)
     meta = read_run_json(run_dir)
     lines = read_catalog_lines(run_dir)  # read once: 34k versions take 4 s to validate
     if not (run_dir / HISTORY).exists():

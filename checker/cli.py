@@ -4,12 +4,15 @@ The exit code is the verdict's.
 
 Exit codes are Jepsen's (anomalies.md "Verdict"): 0 valid, 1 anomalies, 2 unknown (including a
 history that breaks the contract), 130 interrupted (Ctrl-C), 254 bad arguments or a RUN_DIR
-that does not exist, 255 the checker itself crashed.
+that does not exist (or holds an earlier results.json that cannot be replaced), 255 the
+checker itself crashed. A run directory that takes no file (a read-only mount) is judged all
+the same: its verdict is printed, not written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -45,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         from checker.analyze import analyze_run, exit_code
+        from checker.results_file import StaleResults
 
         results = analyze_run(args.run_dir, args.spark_master, spark_remote=args.spark_remote)
+    except StaleResults as e:  # refused before anything was analysed
+        print(f"checker: RUN_DIR: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("checker: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -63,5 +70,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a['class']}: {a['explanation']}")
         if results["not_applicable"]:
             print("not applicable: " + ", ".join(results["not_applicable"]))
-    print(f"results: {args.run_dir / 'results.json'}")
+    written = os.path.isfile(args.run_dir / "results.json")
+    print(f"results: {args.run_dir / 'results.json'}" + ("" if written else " (not written)"))
     return code

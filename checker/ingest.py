@@ -11,7 +11,8 @@ when that copy is complete (its footer counts every event of history.jsonl, byte
 read instead of the JSON, with the same per-line checks; a torn or partial copy (a killed
 controller) is ignored and the JSONL is parsed as for any foreign history. A small complete copy
 is the cache itself: its events are validated and kept in memory in one job, with no Parquet
-rewrite (a second job, and a tenth of a cold analysis of 7,000 events).
+rewrite (a second job, and a tenth of a cold analysis of 7,000 events). A run directory that
+takes no file (a read-only mount) gets no cache: its events are kept by Spark for the analysis.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from checker.catalog_index import RUN
 from checker.contract import ContractError, validate_history_file
+from checker.results_file import refuses_files
 from contract.history_shape import CLIENT_FS, DDL_KINDS, EVENT_TYPES, OP_KINDS, arrow_schema
 from contract.rundir import HISTORY, HISTORY_COLUMNAR, HISTORY_PARQUET
 
@@ -276,7 +278,7 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
     stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": FORMAT_VERSION}
     parquet = run_dir / HISTORY_PARQUET
     stamp_file = parquet / SOURCE_STAMP
-    if stamp_file.exists() and _stamp_matches(stamp_file, stamp):
+    if _stamp_matches(stamp_file, stamp):  # OSError (none there, unreadable): no
         saved = json.loads(stamp_file.read_text("utf-8"))
         known = Validated(int(saved["count"]), bool(saved["truncated_tail"]), HISTORY_PARQUET)
         return _Opened(spark.read.parquet(str(parquet)), source, HISTORY_PARQUET, known=known)
@@ -285,6 +287,8 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
         # typed with the batch's other copies (ingest_histories)
         raw = _scan_columnar(spark, run_dir / HISTORY_COLUMNAR)
         return _Opened(raw, source, HISTORY_COLUMNAR, in_place=True)
+    if refuses_files(run_dir) is not None:
+        return _uncached(spark, run_dir, rows is not None, python_validation_max_bytes)
     if parquet.exists():
         shutil.rmtree(parquet)
     truncated = False
@@ -310,6 +314,24 @@ def _open(spark: SparkSession, run_dir: Path, python_validation_max_bytes: int) 
     used = HISTORY_COLUMNAR if rows is not None else HISTORY
     raw = spark.read.parquet(str(parquet))
     return _Opened(raw, source, used, torn_known=truncated, stamp=stamp)
+
+
+def _uncached(
+    spark: SparkSession, run_dir: Path, columnar: bool, python_validation_max_bytes: int
+) -> _Opened:
+    """A run directory that takes no file (a read-only mount) is judged without its cache: the
+    events parsed once and kept by Spark (in memory, else its local disks) for the analysis."""
+    source = run_dir / HISTORY
+    truncated = False
+    if columnar:
+        parsed = _read_columnar(spark, run_dir / HISTORY_COLUMNAR)
+    else:
+        if source.stat().st_size <= python_validation_max_bytes:
+            _, truncated = validate_history_file(source)
+        parsed = _parse_lines(spark, source)
+    raw = parsed.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    used = HISTORY_COLUMNAR if columnar else HISTORY
+    return _Opened(raw, source, used, torn_known=truncated)
 
 
 def _good(raw: DataFrame) -> DataFrame:

@@ -37,6 +37,7 @@ from harness.options import OptionRangeError, RunOptions, options_from_run_json,
 from harness.remote import RemoteError
 from harness.remote_local import check_ports_free, local_address
 from harness.remote_ssh import load_nodes_file
+from harness.repro_source import check_repeatable
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
 from harness.store import store_name_problem
@@ -227,6 +228,7 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
 def _execute(
     opts: RunOptions, show_progress: bool, default_nemesis: bool = False, verbose: bool = False
 ) -> tuple[int, Path]:
+    _check_store_takes_runs(opts.store)
     if opts.backend == "sim":
         # the same run directory, made in one process on virtual time (docs/simulation.md)
         outcome: RunOutcome | SimOutcome = run_sim(replace(opts, store=opts.store.resolve()))
@@ -255,6 +257,15 @@ def _execute(
         with display:
             outcome = run_test(opts, progress=display.update if show_progress else None)
     return _report_outcome(outcome)
+
+
+def _check_store_takes_runs(store: Path) -> None:
+    """An existing --store that takes no new directory (read-only) is refused before any run."""
+    from checker.results_file import refuses_files
+
+    why = refuses_files(store) if store.is_dir() else None
+    if why is not None:
+        raise BadInput(f"--store: {store}: a run directory cannot be made there ({why})")
 
 
 def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
@@ -299,6 +310,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if not run_json.is_file():
         raise BadInput(f"RUN_DIR: no run.json in {args.run_dir}")
     try:
+        check_repeatable(run_json)
         opts = own_settings(options_from_run_json(run_json, args.store))
     except (ValueError, KeyError, TypeError) as e:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
@@ -344,15 +356,23 @@ def _run_dir(path: Path) -> Path:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Every RUN_DIR judged in one Spark application; exit 1 if any has anomalies, else 2 if
     any is unknown, else 0."""
-    run_dirs = [_run_dir(d) for d in args.run_dirs]  # all checked before Spark starts
+    # all checked before Spark starts; one named twice (store/latest and its target) once
+    run_dirs = list(dict.fromkeys(_run_dir(d) for d in args.run_dirs))
+    _check_cluster_reaches(args, run_dirs)
     from checker.analyze import analyze_runs, combined_exit_code  # pyspark: only now
+    from checker.results_file import StaleResults
 
-    all_results = analyze_runs(
-        run_dirs, spark_master=args.spark_master, spark_remote=args.spark_remote
-    )
+    try:
+        all_results = analyze_runs(
+            run_dirs, spark_master=args.spark_master, spark_remote=args.spark_remote
+        )
+    except StaleResults as e:
+        raise BadInput(f"RUN_DIR: {e}") from e
     for run_dir, results in zip(run_dirs, all_results, strict=True):
         anomalies = results.get("anomalies", [])
         print(f"{run_dir}: valid={results.get('valid')}, {len(anomalies)} anomalies")
+        if not os.path.isfile(run_dir / RESULTS):
+            print("  results.json: not written (the run directory takes no file)")
         for a in anomalies[:20]:
             print(f"  {a.get('class')}: {a.get('explanation')}")
         for err in results.get("errors", []):
@@ -360,16 +380,27 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return combined_exit_code(all_results)
 
 
+def _check_cluster_reaches(args: argparse.Namespace, run_dirs: list[Path]) -> None:
+    """A run outside the store our Spark cluster mounts is bad input, not a Java stack."""
+    from harness.spark_mounts import outside_mounted_store
+
+    for flag in ("spark_master", "spark_remote"):
+        url = getattr(args, flag)
+        why = outside_mounted_store(url, run_dirs) if url else None
+        if why is not None:
+            raise BadInput(f"--{flag.replace('_', '-')}: {why}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """A directory that is not a run (neither run.json nor history.jsonl) is bad input and is
     left untouched; a run with a broken or partial history still gets its UNKNOWN page."""
     run_dir = _run_dir(args.run_dir)
-    from reports.render import render_report  # matplotlib: only when rendering
+    from reports.render import UnusableResults, render_report  # matplotlib: only when rendering
     from reports.rundata import NotARunDirectory
 
     try:
         print(render_report(run_dir))
-    except NotARunDirectory as e:
+    except (NotARunDirectory, UnusableResults) as e:
         raise BadInput(f"RUN_DIR: {e}") from e
     return 0
 

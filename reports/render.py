@@ -32,11 +32,32 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class UnusableResults(ValueError):
+    """results.json is there but is no verdict (not JSON, not an object, cannot be read):
+    one line naming it; nothing is rendered from it."""
+
+
+def _stored_results(path: Path) -> dict[str, Any]:
+    """The verdict in results.json; UnusableResults naming the file and why it is none."""
+    again = "(`schemachaos analyze` writes it again)"
+    try:
+        with path.open(encoding="utf-8") as fh:
+            results = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise UnusableResults(f"{path}: not JSON (line {e.lineno}: {e.msg}) {again}") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise UnusableResults(f"{path}: cannot be read ({why}) {again}") from None
+    if not isinstance(results, dict):
+        kind = type(results).__name__
+        raise UnusableResults(f"{path}: not a JSON object (a {kind}) {again}")
+    return results
+
+
 def _results(run_dir: Path) -> tuple[dict[str, Any], BaseException | None]:
     path = run_dir / RESULTS
-    if path.exists():
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh), None
+    if os.path.lexists(path):
+        return _stored_results(path), None
     try:
         from checker.analyze import analyze_run
 
@@ -63,8 +84,13 @@ def repro_command(run_dir: Path) -> str:
 def render_report(run_dir: Path) -> Path:
     """Write report.html, timeline.html, junit.xml, plots/ and anomalies/ into run_dir; returns
     the report.html path.
-    NotARunDirectory, with nothing written, when run_dir holds neither run.json nor history."""
+    NotARunDirectory, with nothing written, when run_dir holds neither run.json nor history;
+    UnusableResults, with nothing written, when its results.json is no verdict."""
     run_dir = Path(run_dir)
+    try:
+        os.listdir(run_dir)
+    except OSError as e:
+        raise NotARunDirectory(f"cannot be read ({e.strerror}): {run_dir}") from None
     if not is_run_dir(run_dir):
         raise NotARunDirectory(f"not a run directory (no run.json or history.jsonl): {run_dir}")
     results, crash = _results(run_dir)

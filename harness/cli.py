@@ -270,10 +270,9 @@ def _check_store_takes_runs(store: Path) -> None:
 
 def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
     """The run's last line: its directory, verdict, the faults that ran and the exit code."""
-    results_path = outcome.run_dir / RESULTS
+    results = _stored_results(outcome.run_dir)
     verdict = "not analyzed"
-    if results_path.is_file():
-        results = json.loads(results_path.read_text())
+    if results is not None:
         verdict = f"valid={results.get('valid')}"
         for err in results.get("errors", [])[:5]:
             print(f"error: {err}", file=sys.stderr)
@@ -284,6 +283,16 @@ def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
     faults = ", ".join(f"{k} ×{n}" for k, n in sorted(outcome.faults_run.items())) or "none"
     print(f"{outcome.run_dir}: {verdict}; faults run: {faults} (exit {outcome.exit_code})")
     return outcome.exit_code, outcome.run_dir
+
+
+def _stored_results(run_dir: Path) -> dict[str, Any] | None:
+    """The run's results.json, or None when there is none to read: a write that failed
+    leaves none (checker.results_file), and that is a verdict of unknown, not a crash."""
+    try:
+        results = json.loads((run_dir / RESULTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -297,7 +306,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def gate(run_dir: Path, expect: Sequence[str]) -> int:
     """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise, 2 unknown.
     The judgement is reports.expectation's, the same the report, junit.xml and nightly show."""
-    verdict = judge(json.loads((run_dir / RESULTS).read_text()), expect)
+    results = _stored_results(run_dir)
+    if results is None:
+        print(f"gate: no readable {RESULTS} in {run_dir}: unknown", file=sys.stderr)
+        return EXIT_UNKNOWN
+    verdict = judge(results, expect)
     if verdict.status == "unknown":
         return EXIT_UNKNOWN
     print(f"gate: {verdict.describe()}")

@@ -28,6 +28,7 @@ from pydantic import (
     ValidationError,
 )
 
+from harness.backends import scenario_run_options
 from harness.exit_codes import EXIT_CRASH
 from harness.options import RunOptions
 from harness.run import run_test
@@ -37,7 +38,7 @@ from reports.expectation import expect_of
 from reports.nightly import CellOutcome, read_json, write_summary
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
-from workloads.scenario import EXPECTABLE, load_run_options
+from workloads.scenario import EXPECTABLE
 
 log = logging.getLogger("schemachaos.nightly")
 
@@ -285,7 +286,7 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     given: dict[str, Any] = {}
     if cell.scenario.scenario_file:
         path = Path(cell.scenario.scenario_file)
-        given.update(load_run_options(path))
+        given.update(scenario_run_options(path))
         given["scenario"] = path
     given.update(cell.defaults)
     given.update(cell.scenario.options)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.cluster_spec import ClusterSpec, ProvisionError
+from harness.cluster_spec import ProvisionError
 from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
@@ -53,20 +53,6 @@ class RunGuard(Protocol):
 class NoGuard:
     def close(self) -> None:
         pass
-
-
-def start_run_guard(backend: str, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
-    """The run's reaper (docker) or watchdog (local), started before any node."""
-    if backend == "docker":
-        return DockerReaper.start(run_id)
-    if backend == "local":
-        from harness.remote_local import local_address
-
-        addresses = [local_address(i, spec.local_base) for i in range(1, spec.nodes + 1)]
-        return LocalWatchdog.start(run_id, addresses, work_dir / "watchdog.log")
-    if spec.nodes_file is None:
-        return NoGuard()  # provisioning refuses this case with its own message
-    return SshLeases.start(run_id, spec.nodes_file)
 
 
 # -- docker -------------------------------------------------------------------------------

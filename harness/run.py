@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.backends import BACKENDS, Backend, RunsInProcess, provision, resolve_backend
 from harness.cluster import (
     Cluster,
     ClusterSpec,
     ProvisionError,
     Terminated,
     ignore_signals,
-    node_names,
-    provision,
-    resolve_backend,
     split_roles,
     teardown_on_signals,
 )
@@ -47,7 +45,6 @@ from harness.store import (
 from harness.target import (
     PER_NODE_COPIES,
     AsyncReadiness,
-    DockerImageProvider,
     StartsAll,
     Target,
     TargetSetupError,
@@ -210,22 +207,13 @@ def unknown_results(errors: list[str]) -> dict[str, Any]:
     }
 
 
-def _node_layout(opts: RunOptions, backend: str) -> list[str]:
-    if backend == "ssh":
-        from harness.remote_ssh import NodesFileError, load_nodes_file
-
-        if opts.nodes_file is None:
-            raise ProvisionError("--nodes-file is required with --backend ssh")
-        try:
-            return [h.name for h in load_nodes_file(opts.nodes_file)]
-        except NodesFileError as e:
-            raise ProvisionError(str(e)) from e
-    return node_names(opts.nodes)
-
-
 def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutcome:
     """Run one test; always returns (never raises for setup or run failures). Exit code 130
     when Ctrl-C stopped it, so the caller can stop too (a nightly matrix must not go on)."""
+    own = BACKENDS.get(opts.backend)
+    if isinstance(own, RunsInProcess):
+        done = own.run_in_process(opts)
+        return RunOutcome(done.run_dir, done.exit_code, dict(done.faults_run))
     state = RunProgress(time_limit_s=opts.time_limit_s)
     notify = (lambda: progress(state)) if progress else (lambda: None)
     run = new_run_dir(opts.store, opts.test_name or opts.workload)
@@ -240,9 +228,9 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
         with teardown_on_signals():
             try:
                 backend, why = resolve_backend(opts.backend)
-                state.backend = backend
+                state.backend = backend.name
                 log.info(why)
-                nodes = _node_layout(opts, backend)
+                nodes = backend.node_layout(opts)
                 voters, learners = split_roles(nodes, min(opts.voters, len(nodes)))
                 target = load_target(opts.target)
                 schedule = build_schedule(opts, nodes, voters, learners)
@@ -253,7 +241,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                     run_json(
                         opts,
                         run,
-                        backend,
+                        backend.name,
                         nodes,
                         voters,
                         learners,
@@ -326,7 +314,7 @@ class RunParts:
 
     opts: RunOptions
     run: RunDir
-    backend: str
+    backend: Backend
     target: Target
     schedule: list[NemesisStep]
     recorder: ObservedRecorder
@@ -380,12 +368,9 @@ async def _own_signals(work: Awaitable[None]) -> str | None:
 
 async def _cluster_part(p: RunParts) -> None:
     opts, run, target, state, notify = p.opts, p.run, p.target, p.state, p.notify
-    backend = p.backend
-    image = None
-    if backend == "docker" and isinstance(target, DockerImageProvider):
-        image = await in_thread(target.docker_image)
+    image = await in_thread(p.backend.node_image, target)
     spec = ClusterSpec(
-        backend=backend,
+        backend=p.backend.name,
         nodes=opts.nodes,
         voters=opts.voters,
         nodes_file=opts.nodes_file,

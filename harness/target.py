@@ -125,6 +125,7 @@ class ClusterView(Protocol):
     code_dir: str | None
     upload_code_to: str | None
     ports: dict[str, int]
+    shared_host: bool  # every node on one host (its iptables and qdiscs shared)
 
 
 # -- optional capabilities ------------------------------------------------------------------

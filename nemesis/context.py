@@ -51,7 +51,7 @@ class NemesisContext:
     @property
     def local(self) -> bool:
         """On the local backend all nodes share the host's iptables and qdiscs."""
-        return self.cluster.backend == "local"
+        return self.cluster.shared_host
 
     def host(self, node: str) -> str:
         return self.cluster.remotes[node].host

@@ -12,7 +12,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from harness.cluster import ClusterSpec, ProvisionError, provision
+from harness.backends import provision
+from harness.cluster import ClusterSpec, ProvisionError
 from harness.remote import RemoteError
 from harness.remote_docker import DockerNodes, _host_key, generate_run_key
 from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file

@@ -41,11 +41,11 @@ from harness.options import RunOptions, options_from_run_json
 from harness.remote_ssh import NodesFileError, load_nodes_file
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
+from harness.sweep import run_sweep_args
 from harness.target import SettingsChecker, SettingsError
 from harness.target_settings import own_settings
 from nemesis import parse_kinds
 from reports.expectation import judge
-from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
 from workloads.scenario import ScenarioError

@@ -12,7 +12,7 @@ from typing import NoReturn
 from harness.backends import backend_choices
 from harness.exit_codes import EXIT_BAD_INPUT
 from harness.spark_cli import add_spark_commands
-from sim.sweep import add_sweep_command
+from harness.sweep import add_sweep_command
 
 
 class Parser(argparse.ArgumentParser):

@@ -33,6 +33,7 @@ class ClusterSpec:
     image: str | None = None
     local_base: str = "127.0.0.10"
     ready_timeout_s: float = 60.0
+    seed: int = 0  # what a simulated world draws every choice from
 
 
 @dataclass

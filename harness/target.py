@@ -209,3 +209,10 @@ class VersionReporter(Protocol):
     provenance), asked once the cluster is set up."""
 
     def software_version(self, node: str, /) -> str: ...
+
+
+@runtime_checkable
+class StatsReporter(Protocol):
+    """A target with counts of its own worth keeping beside the run (the simulator's)."""
+
+    def run_stats(self) -> dict[str, Any]: ...

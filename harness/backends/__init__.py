@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import Backend, BackendOptionsError, RunsInProcess
+from harness.backends.base import Backend, BackendOptionsError
 from harness.backends.docker import DockerBackend, docker_answers
 from harness.backends.local import LocalBackend
 from harness.backends.sim import SimBackend
@@ -34,7 +34,6 @@ __all__ = [
     "Backend",
     "BackendOptionsError",
     "ProvisionError",
-    "RunsInProcess",
     "backend_choices",
     "docker_answers",
     "provision",

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import BackendOptionsError, check_no_nodes_file, check_voters
+from harness.backends.base import (
+    BackendOptionsError,
+    HostBackend,
+    check_no_nodes_file,
+    check_voters,
+)
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
 from harness.options import RunOptions
 from harness.reaper import DockerReaper, RunGuard
@@ -23,7 +28,7 @@ def docker_answers() -> bool:
     return True
 
 
-class DockerBackend:
+class DockerBackend(HostBackend):
     name = "docker"
 
     def available(self) -> bool:

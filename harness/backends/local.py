@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import BackendOptionsError, check_no_nodes_file, check_voters
+from harness.backends.base import (
+    BackendOptionsError,
+    HostBackend,
+    check_no_nodes_file,
+    check_voters,
+)
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
 from harness.options import RunOptions
 from harness.reaper import LocalWatchdog, RunGuard
@@ -24,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT_KINDS = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
 
 
-class LocalBackend:
+class LocalBackend(HostBackend):
     name = "local"
 
     def available(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import BackendOptionsError
+from harness.backends.base import BackendOptionsError, HostBackend
 from harness.cluster_spec import SSH_ROOT, Cluster, ClusterSpec, ProvisionError, split_roles
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard, SshLeases
@@ -13,7 +13,7 @@ from harness.remote import Remote, RemoteError
 from harness.remote_ssh import NodesFileError, SshRemote, load_nodes_file
 
 
-class SshBackend:
+class SshBackend(HostBackend):
     name = "ssh"
 
     def available(self) -> bool:

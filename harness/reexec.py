@@ -2,15 +2,14 @@
 
 String hashing is randomised per process and sets of strings iterate in hash order: a
 simulated run replays exactly only in a process whose hash seed is fixed, so a run asked for
-from any other process is re-executed here. ``python -m harness.reexec`` reads RunOptions as
-JSON on stdin and prints the outcome as one JSON line.
+from any other process is re-executed in a child (``python -m harness.run_child``), which
+reads RunOptions as JSON on stdin and prints the outcome as one JSON line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -18,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.options import RunOptions
-from harness.run import RunOutcome, run_test
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildOutcome:
+    """What the child printed: harness.run.RunOutcome's fields."""
+
+    run_dir: Path
+    exit_code: int
+    faults_run: dict[str, int]
 
 
 def options_to_json(opts: RunOptions) -> dict[str, Any]:
@@ -40,14 +47,14 @@ def options_from_json(data: dict[str, Any]) -> RunOptions:
 
 
 def child_command() -> list[str]:
-    return [sys.executable, "-m", "harness.reexec"]
+    return [sys.executable, "-m", "harness.run_child"]
 
 
 def child_env(hash_seed: str) -> dict[str, str]:
     return {**os.environ, "PYTHONHASHSEED": hash_seed}
 
 
-def run_in_child(opts: RunOptions, hash_seed: str) -> RunOutcome:
+def run_in_child(opts: RunOptions, hash_seed: str) -> ChildOutcome:
     """run_test(opts) in a child with the hash seed; RuntimeError only if the child crashed."""
     proc = subprocess.run(
         child_command(),
@@ -60,26 +67,10 @@ def run_in_child(opts: RunOptions, hash_seed: str) -> RunOutcome:
     return outcome_of(proc.stdout, proc.returncode, proc.stderr)
 
 
-def outcome_of(stdout: str, returncode: int, stderr: str) -> RunOutcome:
+def outcome_of(stdout: str, returncode: int, stderr: str) -> ChildOutcome:
     """The outcome a child printed as its last JSON line."""
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if not lines:
         raise RuntimeError(f"run child failed (exit {returncode}): {stderr[-2000:]}")
     out = json.loads(lines[-1])
-    return RunOutcome(Path(out["run_dir"]), int(out["exit_code"]), dict(out["faults_run"]))
-
-
-def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    outcome = run_test(options_from_json(json.loads(sys.stdin.read())))
-    line = {
-        "run_dir": str(outcome.run_dir),
-        "exit_code": outcome.exit_code,
-        "faults_run": outcome.faults_run,
-    }
-    print(json.dumps(line))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ChildOutcome(Path(out["run_dir"]), int(out["exit_code"]), dict(out["faults_run"]))

@@ -215,7 +215,8 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
     if own is not None and own.hash_seed not in (None, os.environ.get("PYTHONHASHSEED")):
         from harness.reexec import run_in_child  # a run whose sets must iterate in one order
 
-        return run_in_child(opts, own.hash_seed)
+        child = run_in_child(opts, own.hash_seed)
+        return RunOutcome(child.run_dir, child.exit_code, child.faults_run)
     state = RunProgress(time_limit_s=opts.time_limit_s)
     notify = (lambda: progress(state)) if progress else (lambda: None)
     run = new_run_dir(opts.store, opts.test_name or opts.workload)

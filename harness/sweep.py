@@ -1,6 +1,6 @@
 """``sweep``: run a scenario in simulation over many seeds until one fails.
 
-Seeds run as child processes (``python -m harness.reexec``: the one orchestrator, harness.run,
+Seeds run as child processes (``python -m harness.run_child``: the one orchestrator, harness.run,
 ``--jobs`` at a time, each with the sim backend's fixed hash seed); this process analyzes each
 finished run with the checker (one Spark session for the whole sweep) and stops at the first
 seed whose verdict is "anomalies" (exit 1), unless ``--all``. It prints that seed's verdict and

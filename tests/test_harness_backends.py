@@ -4,7 +4,9 @@ them everywhere: a scenario may name it, a night may run on it, a sim run repeat
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ import pytest
 from harness.backends import BACKENDS, backend_choices, scenario_run_options
 from harness.cli import main
 from harness.cli_parser import build_parser
+from harness.remote import in_thread
+from sim.loop import run_simulation
 from workloads.scenario import ScenarioError
 
 SMALL = """
@@ -96,3 +100,18 @@ def test_a_night_on_the_sim_backend_runs_and_judges_every_cell(tmp_path: Path) -
         results = json.loads((run / "results.json").read_text())
         assert results["valid"] in (True, False), results  # judged, not unknown
     assert code in (0, 1)
+
+
+def test_in_thread_calls_inline_on_a_simulation_loop() -> None:
+    """A SimLoop has no threads: a blocking call runs where it is awaited, in no virtual time."""
+    seen: list[threading.Thread] = []
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        before = loop.time()
+        await in_thread(lambda: seen.append(threading.current_thread()))
+        return loop.time() - before
+
+    elapsed, _ = run_simulation(main())
+    assert seen == [threading.main_thread()]
+    assert elapsed == 0.0

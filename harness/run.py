@@ -253,7 +253,7 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
                         target.capabilities,
                     ),
                 )
-                recorder = ObservedRecorder(run.history, clock, state, notify)
+                recorder = ObservedRecorder(run.history, clock.start_ns, state, notify, clock)
                 _run_cluster(
                     RunParts(opts, run, backend, target, schedule, recorder, state, notify)
                 )
@@ -297,13 +297,18 @@ class ObservedRecorder(HistoryRecorder):
     """The history recorder, also keeping the live display's list of active faults."""
 
     def __init__(
-        self, path: Path, clock: RunClock, state: RunProgress, notify: Callable[[], None]
+        self,
+        path: Path,
+        start_ns: int,
+        state: RunProgress,
+        notify: Callable[[], None],
+        clock: RunClock | None = None,  # the backend's (sim: virtual ns); else monotonic
     ) -> None:
         super().__init__(
             path,
-            start_monotonic_ns=clock.start_ns,
-            clock_ns=clock.now_ns,
-            fsync_while_running=clock.fsync_while_running,
+            start_monotonic_ns=start_ns,
+            clock_ns=clock.now_ns if clock else time.monotonic_ns,
+            fsync_while_running=clock.fsync_while_running if clock else True,
         )
         self._state = state
         self._notify = notify

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cluster import ClusterSpec, docker_answers, provision
+from harness.backends import docker_answers, provision
+from harness.cluster import ClusterSpec
 from harness.images import ensure_images
 from targets.schemasync import SchemaSyncTarget
 

@@ -443,11 +443,7 @@ def run_matrix(
     from checker.analyze import AnalyzeOptions, analyze_runs
     from checker.session import build_session
 
-    run: Callable[[RunOptions], Any] = run_test
-    if backend == "sim":
-        from sim.run import run_sim  # no_analyze: the run alone, analyzed here
-
-        run = run_sim
+    run: Callable[[RunOptions], Any] = run_test  # every backend, sim too
 
     owned = spark is None
     session = spark if spark is not None else build_session("local[2]", shuffle_partitions=2)

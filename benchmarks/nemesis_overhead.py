@@ -25,7 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cluster import ClusterSpec, provision
+from harness.backends import provision
+from harness.cluster import ClusterSpec
 from nemesis.clock import reset_clocks, start_clock
 from nemesis.context import NemesisContext
 from nemesis.lagging import start_lagging, stop_lagging

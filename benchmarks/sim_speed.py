@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -19,8 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.run import RunOptions  # noqa: E402
-from sim.run import run_sim  # noqa: E402
+from harness.run import RunOptions, run_test  # noqa: E402
 from workloads.scenario import load_run_options  # noqa: E402
 
 
@@ -46,8 +46,9 @@ def main() -> int:
                 store=Path(store),
                 test_name="sim-speed",
             )
-            out = run_sim(opts, analyze=False)
-            s = out.stats
+            out = run_test(dataclasses.replace(opts, no_analyze=True))
+            stats = out.run_dir / "sim.json"
+            s = json.loads(stats.read_text()) if stats.is_file() else {}
             if out.exit_code != 0 or not s:
                 print(f"seed {opts.seed}: run failed (exit {out.exit_code})")
                 return 2

@@ -322,7 +322,8 @@ def measure_docker_phases(
     for the monitor, then the monitor alone on the same cluster."""
     import uuid
 
-    from harness.cluster import ClusterSpec, provision
+    from harness.backends import provision
+    from harness.cluster import ClusterSpec
     from harness.images import ensure_images
     from targets.schemasync import SchemaSyncTarget
 

@@ -23,8 +23,14 @@ from typing import Any
 from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS, RUN_JSON
+from harness.backends import (
+    BackendOptionsError,
+    ProvisionError,
+    docker_answers,
+    resolve_backend,
+    scenario_run_options,
+)
 from harness.cli_parser import build_parser
-from harness.cluster import ProvisionError, docker_answers, resolve_backend
 from harness.nightly import (
     NightlyCell,
     RunOutcomeLike,
@@ -34,26 +40,19 @@ from harness.nightly import (
     run_nightly,
 )
 from harness.options import OptionRangeError, RunOptions, options_from_run_json, shape_problem
-from harness.remote import RemoteError
-from harness.remote_local import check_ports_free, local_address
 from harness.remote_ssh import load_nodes_file
 from harness.repro_source import check_repeatable
 from harness.run import RunOutcome, build_schedule, run_test
 from harness.spark_cli import cmd_spark
 from harness.store import store_name_problem
+from harness.sweep import run_sweep_args
 from harness.target import SettingsChecker, SettingsError
 from harness.target_settings import own_settings
 from nemesis import parse_kinds
-from nemesis.registry import NEMESES
 from reports.expectation import judge
-from sim.run import SimOutcome, run_sim
-from sim.sweep import run_sweep_args
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
 from workloads.option_ranges import RANGES
-from workloads.scenario import load_run_options, load_scenario
-
-ROOT_NEMESES = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
 
 
 class BadInput(Exception):
@@ -71,7 +70,7 @@ def _scenario_problem(where: str, e: ConfigError) -> BadInput:
 def _scenario_fields(path: Path) -> dict[str, Any]:
     """The run options a scenario sets, by RunOptions field name."""
     try:
-        return load_run_options(path)
+        return scenario_run_options(path)
     except ConfigError as e:
         raise _scenario_problem("--scenario", e) from e
 
@@ -117,6 +116,10 @@ def _check_shape(opts: RunOptions, flagged: frozenset[str] = frozenset()) -> Non
 def _validate(opts: RunOptions) -> None:
     """Refuse bad input before anything is started; raise BadInput naming the flag."""
     _check_shape(opts)
+    try:
+        backend, _ = resolve_backend(opts.backend)
+    except ProvisionError as e:
+        raise BadInput(str(e)) from e
     if opts.target not in TARGETS:
         raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
     target = load_target(opts.target)
@@ -142,36 +145,16 @@ def _validate(opts: RunOptions) -> None:
         except (ValueError, KeyError) as e:
             where = "--nemesis" if opts.scenario is None else f"--scenario: {opts.scenario}"
             raise BadInput(f"{where}: nemesis: {e}") from e
-    if opts.backend == "ssh":
-        if opts.nodes_file is None:
-            raise BadInput("--nodes-file: required with --backend ssh")
-        try:
-            load_nodes_file(opts.nodes_file)
-        except ConfigError as e:
-            raise BadInput(f"--nodes-file: {e}") from e
-    elif opts.nodes_file is not None and not opts.nodes_file.is_file():
+    if opts.nodes_file is not None and not opts.nodes_file.is_file():
         raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
     try:
         opts.store.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"--store: cannot create {opts.store}: {e.strerror or e}") from e
-    if opts.backend == "docker" and not docker_answers():
-        raise BadInput("--backend docker: the Docker engine does not answer")
-    needs_root = sorted(set(opts.nemesis) & ROOT_NEMESES)
-    if opts.backend == "local" and needs_root and os.geteuid() != 0:
-        raise BadInput(
-            f"--nemesis {','.join(needs_root)}: the local backend needs root for iptables/tc "
-            "(run as root, or use --backend docker)"
-        )
-    if opts.backend == "local" or (opts.backend == "auto" and not docker_answers()):
-        try:
-            addresses = [local_address(i, opts.local_base) for i in range(1, opts.nodes + 1)]
-        except ValueError as e:
-            raise BadInput(f"--local-base: {e}") from e
-        try:
-            check_ports_free(addresses)
-        except RemoteError as e:
-            raise BadInput(f"--backend local: {str(e).removeprefix('local: ')}") from e
+    try:
+        backend.check_options(opts)
+    except BackendOptionsError as e:
+        raise BadInput(str(e)) from e
 
 
 def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
@@ -229,24 +212,22 @@ def _execute(
     opts: RunOptions, show_progress: bool, default_nemesis: bool = False, verbose: bool = False
 ) -> tuple[int, Path]:
     _check_store_takes_runs(opts.store)
-    if opts.backend == "sim":
-        # the same run directory, made in one process on virtual time (docs/simulation.md)
-        outcome: RunOutcome | SimOutcome = run_sim(replace(opts, store=opts.store.resolve()))
-        return _report_outcome(outcome)
     try:
         backend, why = resolve_backend(opts.backend)
     except ProvisionError as e:
         raise BadInput(str(e)) from e
     print(f"schemachaos: {why}", file=sys.stderr)
     # absolute: local nodes run in their own directory under the store, and cd there first
-    opts = replace(opts, backend=backend, store=opts.store.resolve())
-    if backend == "local" and os.geteuid() != 0:
+    opts = replace(opts, backend=backend.name, store=opts.store.resolve())
+    unavailable = backend.unavailable_kinds()
+    if unavailable:
         print(
-            "schemachaos: not root: the local backend cannot inject network faults",
+            f"schemachaos: the {backend.name} backend cannot inject "
+            f"{', '.join(sorted(unavailable))} here (not root: iptables/tc)",
             file=sys.stderr,
         )
         if default_nemesis:
-            opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in ROOT_NEMESES))
+            opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
     _validate(opts)
     if not show_progress and not verbose:
         outcome = run_test(opts)
@@ -268,7 +249,7 @@ def _check_store_takes_runs(store: Path) -> None:
         raise BadInput(f"--store: {store}: a run directory cannot be made there ({why})")
 
 
-def _report_outcome(outcome: RunOutcome | SimOutcome) -> tuple[int, Path]:
+def _report_outcome(outcome: RunOutcome) -> tuple[int, Path]:
     """The run's last line: its directory, verdict, the faults that ran and the exit code."""
     results = _stored_results(outcome.run_dir)
     verdict = "not analyzed"
@@ -475,7 +456,7 @@ def _check_matrix(path: Path, backend: str | None = None) -> None:
     for scenario in matrix.scenarios:
         if scenario.scenario_file:
             try:
-                load_scenario(Path(scenario.scenario_file))
+                scenario_run_options(Path(scenario.scenario_file))
             except ConfigError as e:
                 where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
                 raise _scenario_problem(where, e) from e

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from contract.exit_codes import EXIT_BAD_INPUT
+from harness.backends import backend_choices
 from harness.cluster_spec import check_run_id
 from harness.spark_cli import add_spark_commands
-from sim.sweep import add_sweep_command
+from harness.sweep import add_sweep_command
 from workloads.option_ranges import RANGES
 
 
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--backend",
-        choices=["auto", "docker", "local", "ssh", "sim"],
+        choices=backend_choices(),
         default=None,
         help=(
             "where nodes run (auto: docker when an engine answers, else local; sim: one "
@@ -255,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     repro = sub.add_parser("repro", help="run again with a stored run's seed and options")
     repro.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    repro.add_argument("--backend", choices=["auto", "docker", "local", "ssh", "sim"], default=None)
+    repro.add_argument("--backend", choices=backend_choices(), default=None)
     repro.add_argument("--store", type=Path, default=None)
     repro.add_argument("--no-analyze", action="store_true")
     repro.add_argument("--no-progress", action="store_true")
@@ -291,9 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     nightly = sub.add_parser("nightly", help="run a matrix of scenarios and gate on the results")
     nightly.add_argument("--matrix", type=Path, required=True, metavar="FILE")
     nightly.add_argument("--store", type=Path, default=Path("store"))
-    nightly.add_argument(
-        "--backend", choices=["auto", "docker", "local", "ssh", "sim"], default=None
-    )
+    nightly.add_argument("--backend", choices=backend_choices(), default=None)
     add_sweep_command(sub)
     add_spark_commands(sub)
     return parser

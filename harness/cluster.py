@@ -1,4 +1,6 @@
-"""Cluster lifecycle: provision nodes on a backend, always tear them down, clean up after crashes.
+"""Cluster lifecycle: signals that must not cut a teardown short, and clean up after crashes.
+
+Provisioning is each backend's (harness.backends).
 
 Everything made here is marked as ours (docker labels, a process environment tag, an iptables
 comment) so that teardown, and `schemachaos clean` after a SIGKILLed controller, can find it.
@@ -14,222 +16,37 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from harness.cluster_spec import (
     REMOTE_IPTABLES_CLEAN,
     SSH_ROOT,
+    Cluster,
     ClusterSpec,
     ProvisionError,
     check_run_id,
+    node_names,
     rule_is_runs,
+    split_roles,
 )
 from harness.remote import Remote, RemoteError
 
 log = logging.getLogger("schemachaos.cluster")
 
-BACKENDS = ("auto", "docker", "local", "ssh")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Cluster:
-    """The nodes of one run and how to reach them."""
-
-    nodes: list[str]
-    voters: list[str]
-    learners: list[str]
-    remotes: dict[str, Remote]
-    backend: str
-    run_id: str = ""
-    node_dirs: dict[str, str] = field(default_factory=dict)  # per-node root for data, config, log
-    python: str = "python3"  # interpreter on the nodes
-    code_dir: str | None = None  # PYTHONPATH on the nodes; None: upload the code there
-    upload_code_to: str | None = None
-    ports: dict[str, int] = field(
-        default_factory=lambda: {"client_port": 10800, "metastore_port": 10900, "peer_port": 11000}
-    )
-
-    @property
-    def hosts(self) -> dict[str, str]:
-        return {n: self.remotes[n].host for n in self.nodes}
-
-
-def node_names(count: int) -> list[str]:
-    return [f"n{i}" for i in range(1, count + 1)]
-
-
-def split_roles(nodes: list[str], voters: int) -> tuple[list[str], list[str]]:
-    if not 1 <= voters <= len(nodes):
-        raise ProvisionError(f"--voters must be between 1 and the node count ({len(nodes)})")
-    return nodes[:voters], nodes[voters:]
-
-
-def docker_answers() -> bool:
-    from harness.remote_docker import DockerUnavailable, docker_client
-
-    try:
-        docker_client(timeout=5)
-    except DockerUnavailable:
-        return False
-    return True
-
-
-def resolve_backend(backend: str) -> tuple[str, str]:
-    """(backend, why): auto picks docker when the engine answers, else local."""
-    if backend not in BACKENDS:
-        raise ProvisionError(
-            f"--backend: unknown backend {backend!r} (one of {', '.join(BACKENDS)})"
-        )
-    if backend != "auto":
-        return backend, f"backend {backend} (asked for)"
-    if docker_answers():
-        return "docker", "backend docker (auto: the Docker engine answers)"
-    return "local", "backend local (auto: no Docker engine answers)"
-
-
-@contextlib.contextmanager
-def provision(spec: ClusterSpec, run_id: str, work_dir: Path) -> Iterator[Cluster]:
-    """Nodes up on the chosen backend; on exit (normal, exception, signal) everything goes.
-
-    work_dir is the run's temp area: the ssh key pair and local node dirs live there and are
-    removed with the cluster.
-    """
-    backend, _ = resolve_backend(spec.backend)
-    work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (work_dir / "RUN_ID").write_text(run_id + "\n")
-    cleanups: list[Any] = [lambda: shutil.rmtree(work_dir, ignore_errors=True)]
-    try:
-        from harness.reaper import start_run_guard
-
-        # before any node: removes the run's nodes if this controller dies, even by SIGKILL
-        cleanups.append(start_run_guard(backend, spec, run_id, work_dir).close)
-        if backend == "docker":
-            cluster = _provision_docker(spec, run_id, work_dir, cleanups)
-        elif backend == "local":
-            cluster = _provision_local(spec, run_id, work_dir, cleanups)
-        else:
-            cluster = _provision_ssh(spec, run_id, cleanups)
-        yield cluster
-    finally:
-        with ignore_signals():
-            for cleanup in reversed(cleanups):
-                try:
-                    cleanup()
-                except Exception as e:  # keep tearing down the rest
-                    log.warning("teardown step failed: %s", e)
-
-
-def _provision_docker(
-    spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
-) -> Cluster:
-    from harness.images import ensure_images
-    from harness.remote_docker import DockerNodes, DockerUnavailable, generate_run_key
-
-    nodes = node_names(spec.nodes)
-    voters, learners = split_roles(nodes, spec.voters)
-    try:
-        image = spec.image or ensure_images().node
-        key = generate_run_key(work_dir / "ssh")
-        docker_nodes = DockerNodes(run_id, nodes, image, key)
-    except DockerUnavailable as e:
-        raise ProvisionError(str(e)) from e
-    cleanups.append(docker_nodes.down)
-    try:
-        remotes = docker_nodes.up(timeout=spec.ready_timeout_s)
-    except RemoteError as e:
-        raise ProvisionError(f"docker node {e}") from e
-    return Cluster(
-        nodes=nodes,
-        voters=voters,
-        learners=learners,
-        remotes=dict(remotes),
-        backend="docker",
-        run_id=run_id,
-        node_dirs={n: "/var/lib/schemasync" for n in nodes},
-        python="python3",
-        code_dir="/opt/schemachaos",
-    )
-
-
-def _provision_local(
-    spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
-) -> Cluster:
-    from harness.remote_local import LocalRemote, check_ports_free, kill_tagged, local_address
-
-    nodes = node_names(spec.nodes)
-    voters, learners = split_roles(nodes, spec.voters)
-    addresses = [local_address(i, spec.local_base) for i in range(1, len(nodes) + 1)]
-    try:
-        check_ports_free(addresses)
-    except RemoteError as e:
-        raise ProvisionError(str(e).removeprefix("local: ")) from e
-    if os.geteuid() != 0:
-        log.warning("local backend without root: network faults (iptables) are unavailable")
-    remotes: dict[str, Remote] = {
-        n: LocalRemote(n, a, run_id) for n, a in zip(nodes, addresses, strict=True)
-    }
-    cleanups.append(lambda: kill_tagged(run_id))
-    cleanups.append(lambda: remove_iptables_rules(addresses))
-    node_dirs = {n: str(work_dir / "nodes" / n) for n in nodes}
-    for d in node_dirs.values():
-        Path(d).mkdir(parents=True, exist_ok=True)
-    return Cluster(
-        nodes=nodes,
-        voters=voters,
-        learners=learners,
-        remotes=remotes,
-        backend="local",
-        run_id=run_id,
-        node_dirs=node_dirs,
-        python=sys.executable,
-        code_dir=str(REPO_ROOT),
-    )
-
-
-def _provision_ssh(spec: ClusterSpec, run_id: str, cleanups: list[Any]) -> Cluster:
-    from contract.config_error import ConfigError
-    from harness.remote_ssh import SshRemote, load_nodes_file
-
-    if spec.nodes_file is None:
-        raise ProvisionError("--nodes-file is required with --backend ssh")
-    try:
-        hosts = load_nodes_file(spec.nodes_file)
-    except ConfigError as e:
-        raise ProvisionError(str(e)) from e
-    nodes = [h.name for h in hosts]
-    voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))
-    remotes: dict[str, Remote] = {}
-    for h in hosts:
-        remote: Remote = SshRemote(
-            h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
-        )
-        remotes[h.name] = remote
-        cleanups.append(remote.close)
-    for remote in remotes.values():
-        try:
-            remote.run("true", timeout=15)
-        except RemoteError as e:
-            raise ProvisionError(f"ssh host {e}") from e
-    root = SSH_ROOT
-    return Cluster(
-        nodes=nodes,
-        voters=voters,
-        learners=learners,
-        remotes=remotes,
-        backend="ssh",
-        run_id=run_id,
-        node_dirs={n: f"{root}/{n}" for n in nodes},
-        python="python3",
-        code_dir=f"{root}/code",
-        upload_code_to=f"{root}/code",
-    )
+__all__ = [  # the cluster's values live in harness.cluster_spec, provisioning in harness.backends
+    "Cluster",
+    "ClusterSpec",
+    "ProvisionError",
+    "Terminated",
+    "clean",
+    "ignore_signals",
+    "node_names",
+    "split_roles",
+    "teardown_on_signals",
+]
 
 
 # -- signals -------------------------------------------------------------------------------

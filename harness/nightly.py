@@ -31,6 +31,7 @@ from pydantic import (
 from contract.config_error import WHOLE_FILE, ConfigError
 from contract.exit_codes import EXIT_CRASH
 from contract.rundir import RESULTS, RUN_JSON
+from harness.backends import scenario_run_options
 from harness.options import RunOptions
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
@@ -40,7 +41,7 @@ from reports.nightly import CellOutcome, read_json, write_summary
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
 from workloads.option_ranges import range_problem
-from workloads.scenario import EXPECTABLE, load_run_options
+from workloads.scenario import EXPECTABLE
 
 log = logging.getLogger("schemachaos.nightly")
 
@@ -299,7 +300,7 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     given: dict[str, Any] = {}
     if cell.scenario.scenario_file:
         path = Path(cell.scenario.scenario_file)
-        given.update(load_run_options(path))
+        given.update(scenario_run_options(path))
         given["scenario"] = path
     given.update(cell.defaults)
     given.update(cell.scenario.options)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.cluster_spec import ClusterSpec, ProvisionError, check_run_id
+from harness.cluster_spec import ProvisionError, check_run_id
 from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
@@ -53,25 +53,6 @@ class RunGuard(Protocol):
 class NoGuard:
     def close(self) -> None:
         pass
-
-
-def start_run_guard(backend: str, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
-    """The run's reaper (docker) or watchdog (local), started before any node. Its id must be
-    a run id: the guard's filters are built from it."""
-    try:
-        check_run_id(run_id)
-    except ValueError as e:
-        raise ProvisionError(f"run guard: {e}") from e
-    if backend == "docker":
-        return DockerReaper.start(run_id)
-    if backend == "local":
-        from harness.remote_local import local_address
-
-        addresses = [local_address(i, spec.local_base) for i in range(1, spec.nodes + 1)]
-        return LocalWatchdog.start(run_id, addresses, work_dir / "watchdog.log")
-    if spec.nodes_file is None:
-        return NoGuard()  # provisioning refuses this case with its own message
-    return SshLeases.start(run_id, spec.nodes_file)
 
 
 # -- docker -------------------------------------------------------------------------------

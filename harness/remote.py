@@ -120,4 +120,8 @@ async def run_to_end(work: Awaitable[T]) -> T:
 async def in_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """The one seam where a blocking call (Remote, the docker SDK, a subprocess) leaves the
     event loop: a thread of its own, run to its end (a thread cannot be interrupted)."""
+    if getattr(asyncio.get_running_loop(), "runs_without_threads", False):
+        # a simulation's loop (sim.loop.SimLoop): virtual time must not move while the call
+        # runs, and a second thread would make the run depend on the host's scheduler
+        return fn(*args, **kwargs)
     return await run_to_end(asyncio.to_thread(functools.partial(fn, *args, **kwargs)))

@@ -10,26 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
-import threading
+import os
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from contract.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS
+from harness.backends import BACKENDS, Backend, provision, resolve_backend
+from harness.backends.base import BackendOptionsError, FaultPlayer, RunClock
 from harness.cluster import (
     Cluster,
     ClusterSpec,
     ProvisionError,
     Terminated,
     ignore_signals,
-    node_names,
-    provision,
-    resolve_backend,
     split_roles,
     teardown_on_signals,
 )
@@ -48,14 +46,14 @@ from harness.store import (
 from harness.target import (
     PER_NODE_COPIES,
     AsyncReadiness,
-    DockerImageProvider,
     StartsAll,
+    StatsReporter,
     Target,
     TargetSetupError,
 )
 from harness.target_settings import run_json_config, timing_bounds
-from nemesis import NemesisContext, heal_all, run_schedule, schedule_to_json
 from nemesis import build_schedule as nemesis_schedule
+from nemesis import schedule_to_json
 from nemesis.schedule import NemesisStep
 from targets.registry import load_target
 from workloads import build_generator
@@ -211,23 +209,15 @@ def unknown_results(errors: list[str]) -> dict[str, Any]:
     }
 
 
-def _node_layout(opts: RunOptions, backend: str) -> list[str]:
-    if backend == "ssh":
-        from contract.config_error import ConfigError
-        from harness.remote_ssh import load_nodes_file
-
-        if opts.nodes_file is None:
-            raise ProvisionError("--nodes-file is required with --backend ssh")
-        try:
-            return [h.name for h in load_nodes_file(opts.nodes_file)]
-        except ConfigError as e:
-            raise ProvisionError(str(e)) from e
-    return node_names(opts.nodes)
-
-
 def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutcome:
     """Run one test; always returns (never raises for setup or run failures). Exit code 130
     when Ctrl-C stopped it, so the caller can stop too (a nightly matrix must not go on)."""
+    own = BACKENDS.get(opts.backend)
+    if own is not None and own.hash_seed not in (None, os.environ.get("PYTHONHASHSEED")):
+        from harness.reexec import run_in_child  # a run whose sets must iterate in one order
+
+        child = run_in_child(opts, own.hash_seed)
+        return RunOutcome(child.run_dir, child.exit_code, child.faults_run)
     state = RunProgress(time_limit_s=opts.time_limit_s)
     notify = (lambda: progress(state)) if progress else (lambda: None)
     run = new_run_dir(opts.store, opts.test_name or opts.workload)
@@ -242,37 +232,36 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
         with teardown_on_signals():
             try:
                 backend, why = resolve_backend(opts.backend)
-                state.backend = backend
+                state.backend = backend.name
                 log.info(why)
-                nodes = _node_layout(opts, backend)
+                nodes = backend.node_layout(opts)
                 voters, learners = split_roles(nodes, min(opts.voters, len(nodes)))
-                target = load_target(opts.target)
+                target = backend.target_for(load_target(opts.target))
                 schedule = build_schedule(opts, nodes, voters, learners)
-                start_ns = time.monotonic_ns()
-                start_wall_ms = time.time_ns() // 1_000_000
+                clock = backend.clock()
                 write_json(
                     run.run_json,
                     run_json(
                         opts,
                         run,
-                        backend,
+                        backend.name,
                         nodes,
                         voters,
                         learners,
                         schedule,
-                        start_wall_ms,
+                        clock.start_wall_ms,
                         target.clock,
                         target.capabilities,
                     ),
                 )
-                recorder = ObservedRecorder(run.history, start_ns, state, notify)
+                recorder = ObservedRecorder(run.history, clock.start_ns, state, notify, clock)
                 _run_cluster(
                     RunParts(opts, run, backend, target, schedule, recorder, state, notify)
                 )
             except KeyboardInterrupt as e:
                 interrupted = str(e) or "SIGINT"
                 raise
-            except (ProvisionError, ImportError, TargetSetupError) as e:
+            except (ProvisionError, ImportError, TargetSetupError, BackendOptionsError) as e:
                 errors.append(f"setup failed: {e}")
                 log.error("setup failed: %s", e)
             except Exception as e:
@@ -309,9 +298,19 @@ class ObservedRecorder(HistoryRecorder):
     """The history recorder, also keeping the live display's list of active faults."""
 
     def __init__(
-        self, path: Path, start_ns: int, state: RunProgress, notify: Callable[[], None]
+        self,
+        path: Path,
+        start_ns: int,
+        state: RunProgress,
+        notify: Callable[[], None],
+        clock: RunClock | None = None,  # the backend's (sim: virtual ns); else monotonic
     ) -> None:
-        super().__init__(path, start_monotonic_ns=start_ns)
+        super().__init__(
+            path,
+            start_monotonic_ns=start_ns,
+            clock_ns=clock.now_ns if clock else time.monotonic_ns,
+            fsync_while_running=clock.fsync_while_running if clock else True,
+        )
         self._state = state
         self._notify = notify
 
@@ -328,7 +327,7 @@ class RunParts:
 
     opts: RunOptions
     run: RunDir
-    backend: str
+    backend: Backend
     target: Target
     schedule: list[NemesisStep]
     recorder: ObservedRecorder
@@ -337,63 +336,33 @@ class RunParts:
 
 
 def _run_cluster(p: RunParts) -> None:
-    """The cluster part of a run on one event loop, from provisioning to teardown. A signal
-    cancels it (teardown still runs) and is raised here as it would be without the loop:
-    KeyboardInterrupt for SIGINT, Terminated for SIGTERM and SIGHUP."""
-    stopped_by = asyncio.run(_own_signals(_cluster_part(p)))
+    """The cluster part of a run on the backend's event loop, from provisioning to teardown.
+    A signal cancels it (teardown still runs) and is raised here as it would be without the
+    loop: KeyboardInterrupt for SIGINT, Terminated for SIGTERM and SIGHUP."""
+    stopped_by, loop_stats = p.backend.run_loop(_cluster_part(p))
+    if p.backend.stats_file is not None:
+        stats = {"clients": p.state.counts, "faults_run": p.state.faults_run}
+        if isinstance(p.target, StatsReporter):
+            stats.update(p.target.run_stats())
+        write_json(p.run.path / p.backend.stats_file, {**stats, **loop_stats})
     if stopped_by == "SIGINT":
         raise KeyboardInterrupt("SIGINT")
     if stopped_by is not None:
         raise Terminated(f"signal {stopped_by}")
 
 
-async def _own_signals(work: Awaitable[None]) -> str | None:
-    """Run work with SIGINT, SIGTERM and SIGHUP cancelling it (on the main thread, where
-    signals arrive); the name of the signal that did, or None. A signal must not raise out of
-    the event loop's own code: the loop would close with the teardown half done."""
-    if threading.current_thread() is not threading.main_thread():
-        await work
-        return None
-    loop = asyncio.get_running_loop()
-    me = asyncio.current_task()
-    assert me is not None  # run by asyncio.run
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        me.cancel()
-
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.getsignal(sig) for sig in sigs}
-    for sig in sigs:
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        await work
-    except asyncio.CancelledError:
-        if not received:
-            raise
-        me.uncancel()
-    finally:
-        for sig in sigs:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, previous[sig])
-    return received[0] if received else None
-
-
 async def _cluster_part(p: RunParts) -> None:
     opts, run, target, state, notify = p.opts, p.run, p.target, p.state, p.notify
-    backend = p.backend
-    image = None
-    if backend == "docker" and isinstance(target, DockerImageProvider):
-        image = await in_thread(target.docker_image)
+    image = await in_thread(p.backend.node_image, target)
     spec = ClusterSpec(
-        backend=backend,
+        backend=p.backend.name,
         nodes=opts.nodes,
         voters=opts.voters,
         nodes_file=opts.nodes_file,
         image=image,
         local_base=opts.local_base,
         ready_timeout_s=opts.ready_timeout_s,
+        seed=opts.seed,
     )
     if spec.image is not None:
         _update_provenance(run, "images", {"node": spec.image})
@@ -482,21 +451,18 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
     options = dict(opts.workload_options)
     options.setdefault("nodes", cluster.nodes)
     generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
-    nemesis_ctx: NemesisContext | None = None
+    faults: FaultPlayer | None = None
     if schedule:
         max_skew_ms, delay_ms = timing_bounds(opts)
-        nemesis_ctx = NemesisContext(
-            cluster=cluster,
-            target=target,
-            config={
-                **opts.nemesis_options,
-                "max_skew_ms": max_skew_ms,
-                "delay_ms": delay_ms,
-                "interval_s": opts.nemesis_interval_s,
-                "kinds": list(opts.nemesis),
-                "seed": opts.seed,
-            },
-        )
+        config = {
+            **opts.nemesis_options,
+            "max_skew_ms": max_skew_ms,
+            "delay_ms": delay_ms,
+            "interval_s": opts.nemesis_interval_s,
+            "kinds": list(opts.nemesis),
+            "seed": opts.seed,
+        }
+        faults = p.backend.fault_player(cluster, target, config)
 
     def on_progress(counts: dict[str, Any]) -> None:
         state.counts = dict(counts)
@@ -507,10 +473,11 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
     notify()
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
-        # history.md "Monitor samples": every node's status each 250 ms; it never fails the run
-        tg.create_task(ClusterMonitor(target, cluster.nodes, recorder).run(stop))
-        if nemesis_ctx is not None:
-            tg.create_task(run_schedule(schedule, nemesis_ctx, recorder, stop))
+        if p.backend.samples_status:
+            # history.md "Monitor samples": each node's status every 250 ms; never fails the run
+            tg.create_task(ClusterMonitor(target, cluster.nodes, recorder).run(stop))
+        if faults is not None:
+            tg.create_task(faults.play(schedule, recorder, stop))
         try:
             summary = await run_clients(
                 generator,
@@ -525,11 +492,11 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
                 state.counts = {**state.counts, **summary}
         finally:
             stop.set()
-    if nemesis_ctx is not None:
+    if faults is not None:
         state.set_phase("healing")
         notify()
         async with asyncio.timeout(120):
-            await heal_all(nemesis_ctx, recorder)
+            await faults.heal(recorder)
     state.set_phase("final reads")
     notify()
     async with asyncio.timeout(60):

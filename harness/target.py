@@ -122,6 +122,7 @@ class ClusterView(Protocol):
     code_dir: str | None
     upload_code_to: str | None
     ports: dict[str, int]
+    shared_host: bool  # every node on one host (its iptables and qdiscs shared)
 
 
 # -- optional capabilities ------------------------------------------------------------------
@@ -205,3 +206,10 @@ class VersionReporter(Protocol):
     provenance), asked once the cluster is set up."""
 
     def software_version(self, node: str, /) -> str: ...
+
+
+@runtime_checkable
+class StatsReporter(Protocol):
+    """A target with counts of its own worth keeping beside the run (the simulator's)."""
+
+    def run_stats(self) -> dict[str, Any]: ...

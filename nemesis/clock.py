@@ -13,13 +13,12 @@ import asyncio
 import math
 import random
 import shlex
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 # faketime_env stays importable from here until every target imports harness.faketime
 from harness.faketime import faketime_env, offset_literal  # noqa: F401
-from nemesis.context import NemesisContext, failures, run_on_each, statuses
+from nemesis.context import NemesisContext, failures, loop_time, run_on_each, statuses
 from nemesis.fault import FaultPlan, choices, rounded
 
 CLOCK_MODES = ("skew", "skew-edge", "skew-beyond", "bump", "strobe")
@@ -101,7 +100,7 @@ async def set_offsets(ctx: NemesisContext, offsets: Mapping[str, float]) -> dict
 async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     """Measure, set the offsets of skew / skew-beyond / bump (or start strobe's loop), measure."""
     before = await measure(ctx)
-    started = time.monotonic()
+    started = loop_time()
     if params["mode"] == "strobe":
         node = params["node"]
         low, high = (float(x) for x in params["offsets"])
@@ -118,7 +117,7 @@ async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
     else:
         offsets = {n: float(s) for n, s in params["offsets"].items()}
         errors = await set_offsets(ctx, offsets)
-    applied_ms = round((time.monotonic() - started) * 1000, 1)
+    applied_ms = round((loop_time() - started) * 1000, 1)
     out: dict[str, Any] = {
         "written": offsets,
         "before": before,
@@ -134,14 +133,14 @@ async def reset_clocks(ctx: NemesisContext, nodes: Sequence[str] | None = None) 
     """Every node back to offset +0, measured before and after."""
     names = list(nodes) if nodes is not None else list(ctx.cluster.nodes)
     before = await measure(ctx, names)
-    started = time.monotonic()
+    started = loop_time()
     commands = {
         n: f"{stop_strobe_command(ctx.faketime_file(n))}; "
         f"{write_offset_command(ctx.faketime_file(n), 0.0)}"
         for n in names
     }
     results = await run_on_each(ctx, commands)
-    healed_ms = round((time.monotonic() - started) * 1000, 1)
+    healed_ms = round((loop_time() - started) * 1000, 1)
     errors = failures(results)
     flips = {
         n: int(r.stdout.split()[-1])

@@ -51,7 +51,7 @@ class NemesisContext:
     @property
     def local(self) -> bool:
         """On the local backend all nodes share the host's iptables and qdiscs."""
-        return self.cluster.backend == "local"
+        return self.cluster.shared_host
 
     def host(self, node: str) -> str:
         return self.cluster.remotes[node].host
@@ -70,6 +70,13 @@ class NemesisContext:
         if node in files:
             return str(files[node])
         return f"{self.cluster.node_dirs[node]}/faketime"
+
+
+def loop_time() -> float:
+    """The running loop's clock, never the host's: on a simulation's loop it is virtual time,
+    so what a fault measures and waits for depends on the seed only (on asyncio's own loop it
+    is loop_time())."""
+    return asyncio.get_running_loop().time()
 
 
 async def run_on(ctx: NemesisContext, node: str, cmd: str, check: bool = True) -> CommandResult:
@@ -156,9 +163,9 @@ def leader_of(views: dict[str, dict[str, Any]]) -> str | None:
 
 async def metastore_leader(ctx: NemesisContext, timeout_s: float = 10.0) -> str | None:
     """The current leader, polling until one is named (None after timeout_s)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = loop_time() + timeout_s
     while True:
         leader = leader_of(await statuses(ctx))
-        if leader is not None or time.monotonic() >= deadline:
+        if leader is not None or loop_time() >= deadline:
             return leader
         await asyncio.sleep(0.1)

@@ -16,7 +16,6 @@ import asyncio
 import os
 import random
 import shlex
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from nemesis.context import (
     NemesisContext,
     each_in_thread,
     failures,
+    loop_time,
     run_on_each,
     statuses,
 )
@@ -138,7 +138,7 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
     mode = params["mode"]
     port = ctx.port("metastore_port")
     before = await learner_views(ctx, learners)
-    started = time.monotonic()
+    started = loop_time()
     errors: dict[str, str]
     target = ctx.target
     if isinstance(target, LaggingControl) and mode in target.own_lagging_modes:
@@ -160,7 +160,7 @@ async def start_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str
         raise ValueError(f"unknown lagging-learner mode {mode!r}")
     out: dict[str, Any] = {
         "before": before,
-        "applied_ms": round((time.monotonic() - started) * 1000, 1),
+        "applied_ms": round((loop_time() - started) * 1000, 1),
     }
     if errors:
         out["errors"] = errors
@@ -181,7 +181,7 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
     """Undo whichever mode was used (all three are undone: cheap, and robust to a lost start)."""
     learners = list(params.get("learners") or ctx.cluster.learners)
     before = await learner_views(ctx, learners)
-    started = time.monotonic()
+    started = loop_time()
     out: dict[str, Any] = {"before": before}
     errors: dict[str, str] = {}
     # one round trip per node: our rules out, our qdisc off the device towards the learners
@@ -208,7 +208,7 @@ async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str,
     errors.update(released)
     errors.update(unlagged)
     ctx.state.inhibited.difference_update(held)
-    out["healed_ms"] = round((time.monotonic() - started) * 1000, 1)
+    out["healed_ms"] = round((loop_time() - started) * 1000, 1)
     out["after"] = await learner_views(ctx, learners)
     if errors:
         out["errors"] = errors

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import shlex
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from nemesis.context import (
     IPTABLES_COMMENT,
     NemesisContext,
     failures,
+    loop_time,
     metastore_leader,
     run_on_each,
 )
@@ -128,7 +128,7 @@ def hosts_of(ctx: NemesisContext, names: Sequence[str]) -> list[str]:
 
 async def start_partition(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     """Install the grudge (resolving the leader for isolate-metastore-leader) on every node."""
-    started = time.monotonic()
+    started = loop_time()
     g: Grudge | None = params.get("grudge")
     out: dict[str, Any] = {}
     if g is None:
@@ -141,7 +141,7 @@ async def start_partition(ctx: NemesisContext, params: dict[str, Any]) -> dict[s
         if g.get(n)
     }
     results = await run_on_each(ctx, commands)
-    out.update({"grudge": g, "applied_ms": round((time.monotonic() - started) * 1000, 1)})
+    out.update({"grudge": g, "applied_ms": round((loop_time() - started) * 1000, 1)})
     errors = failures(results)
     if errors:
         out["errors"] = errors
@@ -150,7 +150,7 @@ async def start_partition(ctx: NemesisContext, params: dict[str, Any]) -> dict[s
 
 async def remove_rules(ctx: NemesisContext, tag: str | None) -> dict[str, Any]:
     """Remove our rules (of one fault tag, or all) on every node; report what remains."""
-    started = time.monotonic()
+    started = loop_time()
     commands = {
         n: remove_rules_command(tag, ctx.host(n) if ctx.local else None) for n in ctx.cluster.nodes
     }
@@ -162,7 +162,7 @@ async def remove_rules(ctx: NemesisContext, tag: str | None) -> dict[str, Any]:
     }
     out: dict[str, Any] = {
         "rules_remaining": remaining,
-        "healed_ms": round((time.monotonic() - started) * 1000, 1),
+        "healed_ms": round((loop_time() - started) * 1000, 1),
     }
     errors = failures(results)
     if errors:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ from nemesis.context import (
     NemesisContext,
     each_in_thread,
     leader_of,
+    loop_time,
     metastore_leader,
     statuses,
 )
@@ -35,13 +35,13 @@ async def resolve_targets(
 
 async def start_kill(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     nodes, extra = await resolve_targets(ctx, params)
-    started = time.monotonic()
+    started = loop_time()
     ctx.state.killed.update(nodes)
     errors = await each_in_thread(ctx.target.kill, nodes)
     out: dict[str, Any] = {
         **extra,
         "nodes": nodes,
-        "applied_ms": round((time.monotonic() - started) * 1000, 1),
+        "applied_ms": round((loop_time() - started) * 1000, 1),
     }
     if errors:
         out["errors"] = errors
@@ -55,17 +55,17 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     `started_ms` is the restart itself, `healed_ms` until every node answers again.
     """
     survivors = await statuses(ctx, [n for n in ctx.cluster.nodes if n not in nodes])
-    started = time.monotonic()
+    started = loop_time()
     errors = await each_in_thread(ctx.target.start, nodes)
-    started_ms = round((time.monotonic() - started) * 1000, 1)
+    started_ms = round((loop_time() - started) * 1000, 1)
     ctx.state.killed.difference_update(nodes)
     answered: dict[str, float] = {}
     deadline = started + RESTART_WAIT_S
     pending = [n for n in nodes if n not in errors]
-    while pending and time.monotonic() < deadline:
+    while pending and loop_time() < deadline:
         views = await statuses(ctx, pending)
         for n in views:
-            answered[n] = round((time.monotonic() - started) * 1000, 1)
+            answered[n] = round((loop_time() - started) * 1000, 1)
         pending = [n for n in pending if n not in views]
         if pending:
             await asyncio.sleep(0.1)
@@ -74,7 +74,7 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
         "leader_before": leader_of(survivors),
         "started_ms": started_ms,
         "answered_ms": answered,
-        "healed_ms": round((time.monotonic() - started) * 1000, 1),
+        "healed_ms": round((loop_time() - started) * 1000, 1),
     }
     if pending:
         out["not_answering"] = pending
@@ -85,13 +85,13 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
 
 async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     nodes, extra = await resolve_targets(ctx, params)
-    started = time.monotonic()
+    started = loop_time()
     ctx.state.paused.update(nodes)
     errors = await each_in_thread(ctx.target.pause, nodes)
     out: dict[str, Any] = {
         **extra,
         "nodes": nodes,
-        "applied_ms": round((time.monotonic() - started) * 1000, 1),
+        "applied_ms": round((loop_time() - started) * 1000, 1),
     }
     if errors:
         out["errors"] = errors
@@ -100,10 +100,10 @@ async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
 
 async def resume(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """SIGCONT, then check each resumed node answers its admin API again."""
-    started = time.monotonic()
+    started = loop_time()
     errors = await each_in_thread(ctx.target.resume, nodes)
     ctx.state.paused.difference_update(nodes)
-    healed_ms = round((time.monotonic() - started) * 1000, 1)
+    healed_ms = round((loop_time() - started) * 1000, 1)
     views = await statuses(ctx, nodes)
     out: dict[str, Any] = {
         "nodes": list(nodes),

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
-from nemesis.context import NemesisContext, NemesisRecorder
+from nemesis.context import NemesisContext, NemesisRecorder, loop_time
 from nemesis.registry import NEMESES, nemesis_of
 from nemesis.schedule import NemesisStep
 
@@ -23,7 +22,7 @@ __all__ = ["NemesisContext", "apply_step", "heal_all", "run_schedule"]
 
 
 def _elapsed_ms(began: float) -> float:
-    return round((time.monotonic() - began) * 1000, 1)
+    return round((loop_time() - began) * 1000, 1)
 
 
 async def _stop(ctx: NemesisContext, fault: int, kind: str) -> dict[str, Any]:
@@ -37,7 +36,7 @@ async def apply_step(
     """Do one step and record it; a failed action is recorded with `error`, never raised."""
     kind = step.params["kind"]
     fault = int(step.params["fault"])
-    began = time.monotonic()
+    began = loop_time()
     value: dict[str, Any]
     try:
         nemesis = nemesis_of(kind)
@@ -89,7 +88,7 @@ async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, 
     """
     for fault, started in sorted(ctx.state.active.items()):
         kind = started["kind"]
-        began = time.monotonic()
+        began = loop_time()
         try:
             value = await _stop(ctx, fault, kind)
         except Exception as e:
@@ -104,7 +103,7 @@ async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, 
                 "elapsed_ms": _elapsed_ms(began),
             },
         )
-    began = time.monotonic()
+    began = loop_time()
     out: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for kind, nemesis in reversed(NEMESES.items()):

@@ -23,16 +23,6 @@ from sim.network import CLIENT, Network
 
 CLIENT_PORT, METASTORE_PORT, PEER_PORT = 7001, 7002, 7003
 DATA_ROOT = Path("/sim")
-# What the docker target writes into every node.toml unless the run overrides it.
-DEFAULT_CONFIG: dict[str, Any] = {
-    "delay_duration_ms": 500,
-    "max_clock_skew_ms": 500,
-    "idle_safe_time_interval_ms": 250,
-    "partitions": 4,
-    # base_ts, rename_column_compatible and index_state_bumps_version are left to the node:
-    # its `profile` sets them, and a default written here would override the profile
-    "toggles": [],
-}
 
 
 class SimWorld:
@@ -70,8 +60,7 @@ class SimCluster:
 
     def _config(self, name: str, config: dict[str, Any]) -> NodeConfig:
         raw = {
-            **DEFAULT_CONFIG,
-            **config,
+            **config,  # the target's settings with its defaults (targets.schemasync.config)
             "name": name,
             "data_dir": str(DATA_ROOT / name),
             "voters": self.voters,

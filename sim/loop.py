@@ -100,6 +100,8 @@ class _TimerHandle(asyncio.TimerHandle):
 class SimLoop(asyncio.SelectorEventLoop):
     """The one event loop of a simulation; ``time()`` starts at 0 virtual seconds."""
 
+    runs_without_threads = True  # harness.remote.in_thread calls inline on this loop
+
     # BaseEventLoop's own state, which the scheduler below keeps as asyncio does
     _ready: collections.deque[Any]
     _stopping: bool

@@ -60,7 +60,6 @@ def test_a_scenario_key_typo_names_the_file_the_key_and_the_allowed_keys(tmp_pat
         ("colour = 'red'", "colour", "allowed: name, description, seed"),
         ("seed = -1", "seed", "needs a value >= 0, got -1"),
         ("target = 3", "target", "needs a table, got 3"),
-        ("backend = 'k8s'", "backend", "allowed: auto, docker, local, ssh"),
         ("[target]\nnodes = '5'", "target.nodes", "needs an integer, got '5'"),
         ("[target]\nnodes = true", "target.nodes", "needs an integer"),
         ("expect = ['slow']", "expect", "allowed: "),

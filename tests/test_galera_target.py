@@ -148,7 +148,8 @@ def test_catalog_lines_are_history_md_lines() -> None:
 @pytest.fixture(scope="module")
 def galera(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GaleraTarget]:
     require(docker_available(), "no Docker engine answers")
-    from harness.cluster import ClusterSpec, provision
+    from harness.backends import provision
+    from harness.cluster import ClusterSpec
 
     target = GaleraTarget()
     spec = ClusterSpec(backend="docker", nodes=3, voters=3, image=target.docker_image())
@@ -308,7 +309,7 @@ def test_rsu_leaves_nodes_on_the_old_schema_where_toi_with_sync_wait_does_not(
 def test_the_local_backend_is_refused_with_a_reason(tmp_path: Path) -> None:
     from harness.cluster import Cluster
 
-    cluster = Cluster(["n1", "n2", "n3"], ["n1", "n2", "n3"], [], {}, "local")
+    cluster = Cluster(["n1", "n2", "n3"], ["n1", "n2", "n3"], [], {}, "local", shared_host=True)
     with pytest.raises(GaleraTargetError, match="local backend"):
         GaleraTarget().setup(cluster, {})
 

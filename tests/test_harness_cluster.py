@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import Cluster, ClusterSpec, provision
+from harness.backends import provision
+from harness.cluster import Cluster, ClusterSpec
 from harness.remote_local import tagged_processes
 from schemasync.client import Client
 from targets.schemasync import SchemaSyncTarget

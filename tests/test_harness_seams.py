@@ -13,8 +13,8 @@ from collections.abc import Awaitable
 
 import pytest
 
+from harness.backends.base import own_signals as _own_signals
 from harness.remote import in_thread
-from harness.run import _own_signals
 
 
 def _slow(done: threading.Event) -> str:

@@ -13,7 +13,8 @@ import paramiko
 import pytest
 
 from contract.config_error import ConfigError
-from harness.cluster import ClusterSpec, ProvisionError, provision
+from harness.backends import provision
+from harness.cluster import ClusterSpec, ProvisionError
 from harness.remote import RemoteError
 from harness.remote_docker import DockerNodes, _host_key, generate_run_key
 from harness.remote_ssh import SshRemote, load_nodes_file

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from checker.contract import read_run_json
+from harness.backends import resolve_backend
 from harness.cli import main
-from harness.cluster import Cluster, ProvisionError, remove_iptables_rules, resolve_backend
+from harness.cluster import Cluster, ProvisionError, remove_iptables_rules
 from harness.images import apt_mirror, base_tag, node_tag
 from harness.options import RunOptions, options_from_run_json
 from harness.remote import normalize_signal, pgrep_command, pkill_command

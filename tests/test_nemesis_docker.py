@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from harness.cluster import Cluster, ClusterSpec, provision
+from harness.backends import provision
+from harness.cluster import Cluster, ClusterSpec
 from nemesis import NemesisStep, build_schedule, heal_all, run_schedule
 from nemesis.clock import measure, reset_clocks, start_clock
 from nemesis.context import NemesisContext, metastore_leader, node_status, statuses

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import Cluster, ClusterSpec, provision
+from harness.backends import provision
+from harness.cluster import Cluster, ClusterSpec
 from nemesis import NemesisContext, NemesisStep, heal_all, run_schedule
 from nemesis.context import statuses
 from nemesis.lagging import start_lagging, stop_lagging

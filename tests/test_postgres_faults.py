@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from harness.cluster import Cluster, ClusterSpec, provision
+from harness.backends import provision
+from harness.cluster import Cluster, ClusterSpec
 from harness.target import ClientError
 from nemesis import NemesisContext, NemesisStep, heal_all
 from nemesis.lagging import QDISC_HANDLE

@@ -151,7 +151,8 @@ WORKLOAD = {
 
 @pytest.fixture(scope="module")
 def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from harness.cluster import ClusterSpec, provision
+    from harness.backends import provision
+    from harness.cluster import ClusterSpec
     from tests.conftest import docker_available, require
 
     require(docker_available(), "no Docker engine answers")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from harness.run import RunOptions
-from sim.run import analyze_dir, run_sim
-from sim.sweep import main as sweep_main
+from harness.run import RunOptions, run_test
+from harness.sweep import analyze_dir
+from harness.sweep import main as sweep_main
 
 pytestmark = pytest.mark.spark
 
@@ -34,10 +35,11 @@ def test_baseline_without_faults_is_valid(tmp_path: Path) -> None:
         test_name="sim-baseline",
         workload_options={"ddl_interval_s": 0.7, "probe_processes": 3},
     )
-    out = run_sim(opts, analyze=False)
+    out = run_test(replace(opts, no_analyze=True))
     assert out.exit_code == 0
-    assert out.stats["virtual_s"] >= 60
-    assert out.stats["faults_run"] == {}
+    stats = json.loads((out.run_dir / "sim.json").read_text())
+    assert stats["virtual_s"] >= 60
+    assert stats["faults_run"] == {}
     assert analyze_dir(out.run_dir) == 0
     results = json.loads((out.run_dir / "results.json").read_text())
     assert results["valid"] is True
@@ -52,7 +54,7 @@ def test_sweep_stops_at_the_first_failing_seed(
     out = capsys.readouterr().out
     assert code == 1, out
     assert "first failing seed: " in out
-    assert "repro: .venv/bin/python -m sim.run --scenario" in out
+    assert "repro: schemachaos run --backend sim --scenario" in out
     assert "with anomalies" in out
 
 
@@ -60,7 +62,7 @@ def test_sweep_stops_at_the_first_failing_seed(
 _SESSION_DIES = """
 import os, signal
 from checker.session import _spark_children
-from sim.sweep import _alive, _session
+from harness.sweep import _alive, _session
 first = _session()
 assert _alive(first) and first.range(3).count() == 3
 for pid in _spark_children():

@@ -4,10 +4,10 @@ with every nemesis in play; another seed gives another history."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from harness.run import RunOptions
-from sim.run import run_sim
+from harness.run import RunOptions, run_test
 
 KINDS = ("clock", "partition", "lagging-learner", "kill", "pause")
 
@@ -36,7 +36,8 @@ def _opts(store: Path, seed: int) -> RunOptions:
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
     runs = [
-        run_sim(_opts(tmp_path / f"s{i}", seed), analyze=False) for i, seed in enumerate((5, 5, 6))
+        run_test(replace(_opts(tmp_path / f"s{i}", seed), no_analyze=True))
+        for i, seed in enumerate((5, 5, 6))
     ]
     for r in runs:
         assert r.exit_code == 0, r

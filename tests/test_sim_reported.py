@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 from benchmarks.detection import recovery_after_restart, unavailability_after_restart
 from checker.analyze import analyze_run
 from checker.anomaly_classes import UNAVAILABILITY
-from sim.run import add_run_arguments, options_from_args, run_sim
+from harness.run import run_test
+from harness.sweep import options_from_args
 from tests.spark_session import spark  # noqa: F401  (session fixture)
 
 REPORTED = sorted((Path(__file__).resolve().parents[1] / "scenarios" / "reported").glob("*.toml"))
@@ -35,12 +36,11 @@ VALID_WITHOUT_TOGGLE = ["IGNITE-21084", "IGNITE-25885"]
 
 
 def _classes(scenario: Path, tmp_path: Path, spark: SparkSession) -> tuple[dict, set[str]]:  # noqa: F811
-    parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
-    opts = options_from_args(
-        parser.parse_args(["--scenario", str(scenario), "--store", str(tmp_path)])
+    args = argparse.Namespace(
+        scenario=str(scenario), seed=None, time_limit=None, store=str(tmp_path), no_analyze=True
     )
-    out = run_sim(opts, analyze=False)
+    opts = options_from_args(args)
+    out = run_test(opts)
     assert out.exit_code == 0, out
     results = analyze_run(out.run_dir, spark=spark)
     found = {a["class"] for a in results["anomalies"]}

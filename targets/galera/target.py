@@ -109,7 +109,7 @@ class GaleraTarget:
     # -- lifecycle -------------------------------------------------------------------------
     def setup(self, cluster: ClusterView, config: dict[str, Any]) -> None:
         """Check the backend and binaries, stop whatever ran before, wipe the data dirs."""
-        if cluster.backend == "local":
+        if cluster.shared_host:
             raise GaleraTargetError(
                 "the galera target does not run on the local backend: its nodes would share "
                 "one host's ports 3306/4567/4568/4444 and /run/mysqld (use --backend docker)"

@@ -1,19 +1,21 @@
 """``sweep``: run a scenario in simulation over many seeds until one fails.
 
-Seeds run as child processes (``python -m sim.run``, ``--jobs`` at a time, each with a fixed
-hash seed); this process analyzes each finished run with the checker (one Spark session for
-the whole sweep) and stops at the first seed whose verdict is "anomalies" (exit 1), unless
-``--all``. It prints that seed's verdict and the command that repeats it exactly.
+Seeds run as child processes (``python -m harness.run_child``: the one orchestrator, harness.run,
+``--jobs`` at a time, each with the sim backend's fixed hash seed); this process analyzes each
+finished run with the checker (one Spark session for the whole sweep) and stops at the first
+seed whose verdict is "anomalies" (exit 1), unless ``--all``. It prints that seed's verdict and
+the command that repeats it exactly.
 
-``python -m sim.sweep --scenario FILE --seeds N [--first-seed K] [--budget-s S] [--all]
+``schemachaos sweep --scenario FILE --seeds N [--first-seed K] [--budget-s S] [--all]
 [--jobs J] [--store DIR]``; exit 1 if a seed failed, 0 if every seed was valid, 2 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
+import logging
 import shlex
 import subprocess
 import sys
@@ -23,14 +25,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.config_error import ConfigError
-from contract.exit_codes import EXIT_BAD_INPUT
+from contract.exit_codes import EXIT_BAD_INPUT, EXIT_UNKNOWN
 from contract.rundir import RESULTS
-from sim.run import HASH_SEED, analyze_dir, options_from_args, options_to_json
+from harness.backends import scenario_run_options
+from harness.backends.sim import HASH_SEED, SimBackend
+from harness.options import RunOptions
+from harness.reexec import child_command, child_env, options_to_json
+from harness.run import unknown_results
+from harness.store import write_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 POLL_S = 0.2
+log = logging.getLogger("schemachaos.sweep")
 
 
 @dataclass(frozen=True)
@@ -63,8 +71,52 @@ def add_sweep_command(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """RunOptions of a scenario file on the sim backend, with --seed/--store/--time-limit/
+    --no-analyze on top."""
+    fields: dict[str, Any] = scenario_run_options(Path(args.scenario))
+    fields["scenario"] = Path(args.scenario)
+    fields["backend"] = SimBackend.name
+    if args.seed is not None:
+        fields["seed"] = args.seed
+    if args.time_limit is not None:
+        fields["time_limit_s"] = args.time_limit
+    fields["store"] = Path(args.store).resolve()
+    fields["no_analyze"] = bool(args.no_analyze)
+    fields.setdefault("test_name", Path(args.scenario).stem)
+    allowed = {f.name for f in dataclasses.fields(RunOptions)}
+    return RunOptions(**{k: v for k, v in fields.items() if k in allowed})
+
+
+def analyze_dir(
+    run_dir: Path, spark: SparkSession | None = None, *, report_valid: bool = True
+) -> int:
+    """The checker's verdict as an exit code (0 valid, 1 anomalies, 2 unknown); and the report,
+    unless the run is valid and `report_valid` is false (a sweep reports only the seeds worth
+    reading: a report costs about 5 CPU-s, a third of a judged seed). On `spark` when given (a
+    sweep keeps one session), else on a session of its own."""
+    try:
+        from checker.analyze import analyze_run, exit_code  # pyspark: only when analyzing
+
+        results = analyze_run(run_dir, spark=spark)
+        code = int(exit_code(results))
+    except Exception as e:
+        log.error("analysis failed: %s", e)
+        write_json(run_dir / RESULTS, unknown_results([f"analysis failed: {e}"]))
+        return EXIT_UNKNOWN
+    if code == 0 and not report_valid:
+        return code
+    try:
+        from reports.render import render_report
+
+        render_report(run_dir)
+    except Exception as e:
+        log.warning("report failed: %s", e)
+    return code
+
+
 def repro_command(scenario: str, seed: int, time_limit: float | None) -> str:
-    cmd = [".venv/bin/python", "-m", "sim.run", "--scenario", scenario, "--seed", str(seed)]
+    cmd = ["schemachaos", "run", "--backend", "sim", "--scenario", scenario, "--seed", str(seed)]
     if time_limit is not None:
         cmd += ["--time-limit", str(time_limit)]
     return shlex.join(cmd)
@@ -74,12 +126,12 @@ def _start(args: argparse.Namespace, seed: int) -> subprocess.Popen[str]:
     ns = argparse.Namespace(**{**vars(args), "seed": seed, "no_analyze": True})
     payload = options_to_json(options_from_args(ns))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.run", "--options-json", "-"],
+        child_command(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
+        env=child_env(HASH_SEED),
     )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(payload))
@@ -224,7 +276,7 @@ def run_sweep_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.sweep", description=__doc__)
     add_sweep_arguments(parser)
     return run_sweep_args(parser.parse_args(argv))
 

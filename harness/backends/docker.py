@@ -1,0 +1,85 @@
+"""`--backend docker`: each node a container of the node image, on a network of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.backends.base import (
+    BackendOptionsError,
+    HostBackend,
+    check_no_nodes_file,
+    check_voters,
+)
+from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
+from harness.options import RunOptions
+from harness.reaper import DockerReaper, RunGuard
+from harness.remote import RemoteError
+from harness.target import DockerImageProvider
+
+
+def docker_answers() -> bool:
+    from harness.remote_docker import DockerUnavailable, docker_client
+
+    try:
+        docker_client(timeout=5)
+    except DockerUnavailable:
+        return False
+    return True
+
+
+class DockerBackend(HostBackend):
+    name = "docker"
+
+    def available(self) -> bool:
+        return docker_answers()
+
+    def node_layout(self, opts: RunOptions) -> list[str]:
+        return node_names(opts.nodes)
+
+    def check_options(self, opts: RunOptions) -> None:
+        check_voters(opts)
+        check_no_nodes_file(opts)
+        if not docker_answers():
+            raise BackendOptionsError("--backend docker: the Docker engine does not answer")
+
+    def unavailable_kinds(self) -> frozenset[str]:
+        return frozenset()  # every container is root on its own network namespace
+
+    def node_image(self, target: object) -> str | None:
+        """The target's own image when it builds one; else the node image, at provisioning."""
+        return target.docker_image() if isinstance(target, DockerImageProvider) else None
+
+    def guard(self, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
+        return DockerReaper.start(run_id)
+
+    def provision(
+        self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
+    ) -> Cluster:
+        from harness.images import ensure_images
+        from harness.remote_docker import DockerNodes, DockerUnavailable, generate_run_key
+
+        nodes = node_names(spec.nodes)
+        voters, learners = split_roles(nodes, spec.voters)
+        try:
+            image = spec.image or ensure_images().node
+            key = generate_run_key(work_dir / "ssh")
+            docker_nodes = DockerNodes(run_id, nodes, image, key)
+        except DockerUnavailable as e:
+            raise ProvisionError(str(e)) from e
+        cleanups.append(docker_nodes.down)
+        try:
+            remotes = docker_nodes.up(timeout=spec.ready_timeout_s)
+        except RemoteError as e:
+            raise ProvisionError(f"docker node {e}") from e
+        return Cluster(
+            nodes=nodes,
+            voters=voters,
+            learners=learners,
+            remotes=dict(remotes),
+            backend=self.name,
+            run_id=run_id,
+            node_dirs={n: "/var/lib/schemasync" for n in nodes},
+            python="python3",
+            code_dir="/opt/schemachaos",
+        )

@@ -1,0 +1,85 @@
+"""`--backend ssh`: nodes on hosts named by a nodes file, reached over ssh as root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from contract.config_error import ConfigError
+from harness.backends.base import BackendOptionsError, HostBackend
+from harness.cluster_spec import SSH_ROOT, Cluster, ClusterSpec, ProvisionError, split_roles
+from harness.options import RunOptions
+from harness.reaper import NoGuard, RunGuard, SshLeases
+from harness.remote import Remote, RemoteError
+from harness.remote_ssh import SshRemote, load_nodes_file
+
+
+class SshBackend(HostBackend):
+    name = "ssh"
+
+    def available(self) -> bool:
+        return False  # needs a nodes file: never picked by auto
+
+    def node_layout(self, opts: RunOptions) -> list[str]:
+        if opts.nodes_file is None:
+            raise ProvisionError("--nodes-file is required with --backend ssh")
+        try:
+            return [h.name for h in load_nodes_file(opts.nodes_file)]
+        except ConfigError as e:
+            raise ProvisionError(str(e)) from e
+
+    def check_options(self, opts: RunOptions) -> None:
+        """The nodes file decides the node count, so --voters is capped by it, not refused."""
+        if opts.nodes_file is None:
+            raise BackendOptionsError("--nodes-file: required with --backend ssh")
+        try:
+            load_nodes_file(opts.nodes_file)
+        except ConfigError as e:
+            raise BackendOptionsError(f"--nodes-file: {e}") from e
+
+    def unavailable_kinds(self) -> frozenset[str]:
+        return frozenset()
+
+    def node_image(self, target: object) -> str | None:
+        return None
+
+    def guard(self, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
+        if spec.nodes_file is None:
+            return NoGuard()  # provisioning refuses this case with its own message
+        return SshLeases.start(run_id, spec.nodes_file)
+
+    def provision(
+        self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
+    ) -> Cluster:
+        if spec.nodes_file is None:
+            raise ProvisionError("--nodes-file is required with --backend ssh")
+        try:
+            hosts = load_nodes_file(spec.nodes_file)
+        except ConfigError as e:
+            raise ProvisionError(str(e)) from e
+        nodes = [h.name for h in hosts]
+        voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))
+        remotes: dict[str, Remote] = {}
+        for h in hosts:
+            remote: Remote = SshRemote(
+                h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
+            )
+            remotes[h.name] = remote
+            cleanups.append(remote.close)
+        for remote in remotes.values():
+            try:
+                remote.run("true", timeout=15)
+            except RemoteError as e:
+                raise ProvisionError(f"ssh host {e}") from e
+        return Cluster(
+            nodes=nodes,
+            voters=voters,
+            learners=learners,
+            remotes=remotes,
+            backend=self.name,
+            run_id=run_id,
+            node_dirs={n: f"{SSH_ROOT}/{n}" for n in nodes},
+            python="python3",
+            code_dir=f"{SSH_ROOT}/code",
+            upload_code_to=f"{SSH_ROOT}/code",
+        )

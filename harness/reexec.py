@@ -1,0 +1,76 @@
+"""A run in a child process with a fixed PYTHONHASHSEED (a backend's `hash_seed`).
+
+String hashing is randomised per process and sets of strings iterate in hash order: a
+simulated run replays exactly only in a process whose hash seed is fixed, so a run asked for
+from any other process is re-executed in a child (``python -m harness.run_child``), which
+reads RunOptions as JSON on stdin and prints the outcome as one JSON line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.options import RunOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildOutcome:
+    """What the child printed: harness.run.RunOutcome's fields."""
+
+    run_dir: Path
+    exit_code: int
+    faults_run: dict[str, int]
+
+
+def options_to_json(opts: RunOptions) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(opts), default=str))
+
+
+def options_from_json(data: dict[str, Any]) -> RunOptions:
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            continue
+        if key in ("store", "scenario", "nodes_file") and value is not None:
+            value = Path(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return RunOptions(**kwargs)
+
+
+def child_command() -> list[str]:
+    return [sys.executable, "-m", "harness.run_child"]
+
+
+def child_env(hash_seed: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": hash_seed}
+
+
+def run_in_child(opts: RunOptions, hash_seed: str) -> ChildOutcome:
+    """run_test(opts) in a child with the hash seed; RuntimeError only if the child crashed."""
+    proc = subprocess.run(
+        child_command(),
+        input=json.dumps(options_to_json(opts)),
+        text=True,
+        env=child_env(hash_seed),
+        capture_output=True,
+        check=False,
+    )
+    return outcome_of(proc.stdout, proc.returncode, proc.stderr)
+
+
+def outcome_of(stdout: str, returncode: int, stderr: str) -> ChildOutcome:
+    """The outcome a child printed as its last JSON line."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"run child failed (exit {returncode}): {stderr[-2000:]}")
+    out = json.loads(lines[-1])
+    return ChildOutcome(Path(out["run_dir"]), int(out["exit_code"]), dict(out["faults_run"]))

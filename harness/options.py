@@ -59,9 +59,10 @@ class RunOptions:
 
 
 def shape_problem(opts: RunOptions) -> OptionRangeError | None:
-    """What the options' values refuse together: more voters than nodes (but on ssh, where
-    the nodes file says how many), a fault schedule too long to build (None: nothing)."""
-    if opts.voters > opts.nodes and opts.backend != "ssh":
+    """What the options' values refuse together: more voters than nodes (unless a nodes file
+    says how many nodes there are: the voters are then capped by it), a fault schedule too
+    long to build (None: nothing)."""
+    if opts.voters > opts.nodes and opts.nodes_file is None:
         return OptionRangeError("voters", f"{opts.voters} voters but only {opts.nodes} nodes")
     if opts.nemesis:
         why = schedule_problem(opts.time_limit_s, opts.nemesis_interval_s)

@@ -62,6 +62,9 @@ from workloads.history import HistoryRecorder
 from workloads.runner import run_clients
 
 log = logging.getLogger("schemachaos.run")
+# A stopped run's salvage (heal, then the catalog log) is bounded: it delays the teardown
+SALVAGE_HEAL_S = 30.0
+SALVAGE_CATALOG_S = 20.0
 HARNESS_VERSION = "0.1.0"  # when not installed (pyproject's version otherwise)
 
 
@@ -438,7 +441,39 @@ def _tables_and_indexes(catalog: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _exercise(p: RunParts, cluster: Cluster) -> None:
-    """Clients and nemesis side by side, then heal, final reads, and the catalog log."""
+    """Clients and nemesis side by side, then heal, final reads, and the catalog log; a run
+    stopped on the way (a signal, a failure) still gets its catalog log (`_salvage_catalog`)."""
+    holder: list[FaultPlayer] = []
+    try:
+        await _exercise_to_end(p, cluster, holder)
+    except BaseException:
+        with ignore_signals():  # a second signal must not lose what the first one left
+            await run_to_end(_salvage_catalog(p, holder[0] if holder else None))
+        raise
+
+
+async def _salvage_catalog(p: RunParts, faults: FaultPlayer | None) -> None:
+    """The catalog log of a run stopped before its end, so that `analyze` judges the prefix
+    (history.md: an anomaly the events present prove is still reported). The faults in force
+    are healed first (bounded), so that a node cut off or paused does not answer a log that
+    misses acknowledged versions; a log that cannot be read in time is left missing."""
+    if p.run.catalog.exists():
+        return
+    p.state.set_phase("collecting the catalog log")
+    p.notify()
+    try:
+        if faults is not None:
+            async with asyncio.timeout(SALVAGE_HEAL_S):
+                await faults.heal(p.recorder)
+        async with asyncio.timeout(SALVAGE_CATALOG_S):
+            catalog = await p.target.catalog_log()
+        write_jsonl(p.run.catalog, catalog)
+        log.info("catalog.jsonl of the stopped run: %d versions", len(catalog))
+    except Exception as e:
+        log.warning("catalog log of the stopped run not collected: %s", e)
+
+
+async def _exercise_to_end(p: RunParts, cluster: Cluster, holder: list[FaultPlayer]) -> None:
     opts, run, target, schedule, recorder, state, notify = (
         p.opts,
         p.run,
@@ -463,6 +498,7 @@ async def _exercise(p: RunParts, cluster: Cluster) -> None:
             "seed": opts.seed,
         }
         faults = p.backend.fault_player(cluster, target, config)
+        holder.append(faults)
 
     def on_progress(counts: dict[str, Any]) -> None:
         state.counts = dict(counts)

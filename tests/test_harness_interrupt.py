@@ -20,7 +20,7 @@ from tests.test_harness_support import free_local_base, node_image  # noqa: F401
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _start_run(store: Path, backend: str, name: str) -> subprocess.Popen[bytes]:
+def _start_run(store: Path, backend: str, name: str, *extra: str) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
@@ -46,6 +46,7 @@ def _start_run(store: Path, backend: str, name: str) -> subprocess.Popen[bytes]:
         "100",
         "--max-skew-ms",
         "50",
+        *extra,
     ]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -106,6 +107,7 @@ def test_sigint_mid_run_leaves_nothing_and_a_readable_prefix(
     assert _docker_leftovers(run_id) == []
     assert not (run_dir / ".tmp").exists(), "the run's key pair must be gone"
     assert (run_dir / "nodes" / "n1" / "node.log").exists(), "node logs are collected on Ctrl-C"
+    assert (run_dir / "catalog.jsonl").read_text(), "the catalog log is collected on Ctrl-C"
 
 
 def _remove_guard(backend: str, run_id: str) -> None:
@@ -179,6 +181,46 @@ def test_sigterm_on_local_tears_down_like_ctrl_c(tmp_path: Path) -> None:
     assert tagged_processes(run_id) == []
     assert not (run_dir / ".tmp").exists()
     _read_history(run_dir / "history.jsonl")
+    assert (run_dir / "catalog.jsonl").read_text(), "the catalog log is collected on SIGTERM"
+
+
+def _ddl_acks(history: Path) -> int:
+    lines = history.read_text().splitlines() if history.exists() else []
+    return sum('"f": "ddl"' in line and '"type": "ok"' in line for line in lines)
+
+
+@pytest.mark.cluster
+@pytest.mark.spark
+def test_a_stopped_run_is_judged_by_what_its_prefix_proves(tmp_path: Path) -> None:
+    """no-ack-wait acknowledges a DDL before it activates: a probe after the ack sees the old
+    version (stale-schema-read) within the first DDLs. A run stopped by SIGTERM after a few
+    acks keeps its catalog log, and `analyze` of the prefix reports the anomaly (false), with
+    the run's incompleteness in `errors`; before, it said only "catalog.jsonl: missing"."""
+    store = tmp_path / "store"
+    proc = _start_run(store, "local", "stopped", "--toggle", "no-ack-wait", "--delay-ms", "500")
+    run_dir = (store / "stopped" / "latest").resolve()
+    history = run_dir / "history.jsonl"
+    deadline = time.monotonic() + 120
+    while _ddl_acks(history) < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert _ddl_acks(history) >= 4, "the run acknowledged too few DDLs in 120 s"
+    time.sleep(2.0)  # the probes around the last acks
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 2, out.decode()[-2000:]
+    assert (run_dir / "catalog.jsonl").read_text()
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "analyze", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    results = json.loads((run_dir / "results.json").read_text())
+    assert analyzed.returncode == 1, analyzed.stdout + analyzed.stderr
+    assert results["valid"] is False, results["errors"]
+    assert {a["class"] for a in results["anomalies"]} == {"stale-schema-read"}, results
+    assert results["errors"], results  # what the prefix lacks
 
 
 @pytest.mark.cluster

@@ -22,8 +22,8 @@ from checker.ingest import (
     columnar_complete,
     ingest_history,
 )
+from synthetic import generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 from workloads.history import HistoryRecorder, read_history
 
 

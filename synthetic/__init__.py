@@ -5,7 +5,14 @@ the one source of generated histories for the tests and the benchmarks.
 (synthetic.generate, synthetic.tail) with at most one injected fault; synthetic.handmade holds
 the small pieces for run directories written by hand."""
 
-from synthetic.generate import generate_run
+from synthetic.generate import SyntheticRun, generate_run, write_synthetic_run
 from synthetic.model import FAULTS, ClusterModel, expected_classes
 
-__all__ = ["FAULTS", "ClusterModel", "expected_classes", "generate_run"]
+__all__ = [
+    "FAULTS",
+    "ClusterModel",
+    "SyntheticRun",
+    "expected_classes",
+    "generate_run",
+    "write_synthetic_run",
+]

@@ -30,6 +30,8 @@ class ExtraEvents:
         self.step = None if monitor_ms is None else monitor_ms * MS
         self.next_sample = self.step or 0
         self.stale_probe_rate = stale_probe_rate
+        self.stale_processes: list[int] = []
+        self.samples = 0  # monitor samples emitted
 
     def samples_before(self, m: ClusterModel, t: int) -> None:
         """Emit every monitor sample due before controller time t (none emitted before: the
@@ -38,6 +40,7 @@ class ExtraEvents:
             return
         while self.next_sample < t:
             m.emit(self.next_sample, self._sample(m, self.next_sample))
+            self.samples += 1
             self.next_sample += self.step
 
     def _sample(self, m: ClusterModel, t: int) -> dict[str, Any]:
@@ -56,11 +59,17 @@ class ExtraEvents:
             }
         return {"type": "info", "process": "monitor", "f": "sample", "value": value}
 
-    def stale_answer(self, m: ClusterModel, ts: int | None, t: int) -> dict[str, Any] | None:
-        """None, or (at stale_probe_rate) a probe answer one catalog version behind the one at
-        its ts (the probe's own, else the controller's time t + 1 ms as ClusterModel.probe)."""
+    def probe(self, m: ClusterModel, t: int, node: str, table: str, ts: int | None) -> None:
+        """The model's probe at t, answering (at stale_probe_rate) one catalog version behind
+        the one at its ts; a stale one's process is kept in `stale_processes`."""
+        answer = self._stale_answer(m, ts, t)
+        m.probe(t, node, table, ts, answer)
+        if answer is not None:
+            self.stale_processes.append(m.last_event["process"])
+
+    def _stale_answer(self, m: ClusterModel, ts: int | None, t: int) -> dict[str, Any] | None:
         if self.stale_probe_rate == 0.0 or self.rng.random() >= self.stale_probe_rate:
             return None
-        at = ts if ts is not None else m.ts(t + MS)
+        at = ts if ts is not None else m.ts(t + MS)  # as ClusterModel.probe reads
         version = bisect.bisect_right(m.acts, at)
         return {"catalog_version": version - 1} if version > 1 else None

@@ -1,9 +1,9 @@
 """The scripted run: a set-up of three tables and an index, a random workload of txns, probes and
 DDLs from four workers, then the tail (synthetic.tail) where a requested fault is injected.
 
-`generate_run` writes the run directory; its optional knobs (monitor samples, stale probes) draw
-from a random stream of their own, so a run with them has the same txns, DDLs and probes as one
-without, and the default run is the one the checker's tests assert on, byte for byte.
+`generate_run` writes the run directory the checker's tests assert on, byte for byte;
+`write_synthetic_run` adds knobs (monitor samples, stale probes) that draw from a random stream
+of their own, so a run with them has the same txns, DDLs and probes as one without.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +29,39 @@ from synthetic.model import (
 from synthetic.tail import scripted_tail
 
 
+@dataclass(frozen=True)
+class SyntheticRun:
+    """What was written: the number of events, and the processes of the probes made stale (each
+    an ap-violation: its invoke and ok are that process's two events)."""
+
+    events: int
+    stale_probe_processes: tuple[int, ...] = ()
+
+
 def generate_run(
+    run_dir: Path, seed: int, events: int = 400, fault: str | None = None, clock: str = "hlc"
+) -> int:
+    """Write a run directory of about `events` events (at least the scripted tail's ~150);
+    returns the number written."""
+    return write_synthetic_run(run_dir, seed, events=events, fault=fault, clock=clock).events
+
+
+def write_synthetic_run(
     run_dir: Path,
     seed: int,
+    *,
     events: int = 400,
     fault: str | None = None,
     clock: str = "hlc",
-    *,
     monitor_ms: int | None = None,
     stale_probe_rate: float = 0.0,
-) -> int:
-    """Write a run directory of about `events` events (at least the scripted tail's ~150), with
-    a monitor sample every `monitor_ms` if given and that share of the workload's probes
-    answering a stale catalog version (an ap-violation each); returns the events written."""
+) -> SyntheticRun:
+    """generate_run, with a monitor sample every `monitor_ms` if given (beside the `events`, so
+    the model's run is the same) and that share of the workload's probes answering a stale
+    catalog version."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
+    extras = ExtraEvents(seed, monitor_ms, stale_probe_rate)
     run_dir.mkdir(parents=True, exist_ok=True)
     # Written under temporary names: a history.jsonl present is a complete one (the benchmark
     # reuses an existing history rather than regenerating it).
@@ -52,7 +71,6 @@ def generate_run(
         open(run_dir / f"{names[1]}.part", "w", encoding="utf-8") as catalog,
     ):
         m = ClusterModel(seed, history, catalog)
-        extras = ExtraEvents(seed, monitor_ms, stale_probe_rate)
         t = _setup(m)
         t = _workload(m, t, events, extras)
         t = scripted_tail(m, t, fault)
@@ -61,7 +79,7 @@ def generate_run(
     for name in names:
         os.replace(run_dir / f"{name}.part", run_dir / name)
     (run_dir / "run.json").write_text(json.dumps(_run_json(seed, clock), indent=1) + "\n")
-    return m.seq
+    return SyntheticRun(m.seq, tuple(extras.stale_processes))
 
 
 def _run_json(seed: int, clock: str) -> dict[str, Any]:
@@ -139,7 +157,7 @@ def _workload(m: ClusterModel, t: int, events: int, extras: ExtraEvents) -> int:
     n_added = 0
     healed = False
     budget = max(0, events - 160)
-    while m.seq < budget:
+    while m.seq - extras.samples < budget:
         workers.sort()
         start, proc = workers.pop(0)
         # Nothing is emitted before `start` from here on: the other workers resume later, DDLs
@@ -152,7 +170,7 @@ def _workload(m: ClusterModel, t: int, events: int, extras: ExtraEvents) -> int:
         while next_ddl <= start + 1500 * MS:
             n_added = _random_ddl(m, next_ddl, n_added)
             next_ddl += rng.randint(1200, 1800) * MS
-        if not healed and m.seq > budget // 2:
+        if not healed and m.seq - extras.samples > budget // 2:
             m.emit(
                 start, {"type": "info", "process": "nemesis", "f": "stop-partition", "value": {}}
             )
@@ -162,10 +180,9 @@ def _workload(m: ClusterModel, t: int, events: int, extras: ExtraEvents) -> int:
             table = f"t{rng.randint(1, 3)}"
             passed = bisect.bisect_right(m.acts, m.ts(start)) - 1
             if rng.random() < 0.5 and passed >= 1:
-                at = m.acts[passed] + rng.choice((-1, 0, 1))
-                m.probe(start, node, table, at, extras.stale_answer(m, at, start))
+                extras.probe(m, start, node, table, m.acts[passed] + rng.choice((-1, 0, 1)))
             else:
-                m.probe(start, node, table, None, extras.stale_answer(m, None, start))
+                extras.probe(m, start, node, table, None)
             workers.append((start + 3 * MS, proc))
             continue
         end, proc = _random_txn(m, start, proc, node)

@@ -150,7 +150,8 @@ def _setup(m: ClusterModel) -> int:
 
 
 def _workload(m: ClusterModel, t: int, events: int, extras: ExtraEvents) -> int:
-    """Random txns and probes from 4 workers, a DDL every ~1.5 s, until `events` events."""
+    """Random txns and probes from 4 workers, a DDL every ~1.5 s, until `events` events (monitor
+    samples not counted, so that they leave the run as it is)."""
     rng = m.rng
     workers = [(t + i * MS, m.process()) for i in range(4)]
     next_ddl = t + 300 * MS

@@ -34,8 +34,9 @@ from reports.rundata import load_run
 from synthetic import write_synthetic_run
 
 MONITOR_MS = 250
-# of the workload's probes (a tenth of its events): about 100 ap-violations at 10^6 events
-STALE_PROBE_RATE = 0.001
+# of the workload's probes at an explicit ts (a twentieth of its events): about 100
+# ap-violations at 10^6 events
+STALE_PROBE_RATE = 0.002
 MAX_ANOMALIES = 100
 
 

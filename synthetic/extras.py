@@ -1,5 +1,6 @@
 """Events a run may carry beyond the model's own, for readers that need them (the report
-benchmark): monitor samples through the run, and probes that answer a stale catalog version.
+benchmark): monitor samples through the run, and probes (at an explicit ts) that answer a stale
+catalog version.
 
 They draw from a random stream of their own, so asking for them changes none of the model's
 txns, DDLs or probes, and asking for none of them draws nothing."""
@@ -60,16 +61,19 @@ class ExtraEvents:
         return {"type": "info", "process": "monitor", "f": "sample", "value": value}
 
     def probe(self, m: ClusterModel, t: int, node: str, table: str, ts: int | None) -> None:
-        """The model's probe at t, answering (at stale_probe_rate) one catalog version behind
-        the one at its ts; a stale one's process is kept in `stale_processes`."""
-        answer = self._stale_answer(m, ts, t)
+        """The model's probe at t; one with an explicit ts answers (at stale_probe_rate) one
+        catalog version behind the one at its ts, an ap-violation and nothing else (a null ts
+        would make it a stale-schema-read too, after a DDL's ack); a stale probe's process is
+        kept in `stale_processes`."""
+        answer = self._stale_answer(m, ts)
         m.probe(t, node, table, ts, answer)
         if answer is not None:
             self.stale_processes.append(m.last_event["process"])
 
-    def _stale_answer(self, m: ClusterModel, ts: int | None, t: int) -> dict[str, Any] | None:
-        if self.stale_probe_rate == 0.0 or self.rng.random() >= self.stale_probe_rate:
+    def _stale_answer(self, m: ClusterModel, ts: int | None) -> dict[str, Any] | None:
+        if ts is None or self.stale_probe_rate == 0.0:
             return None
-        at = ts if ts is not None else m.ts(t + MS)  # as ClusterModel.probe reads
-        version = bisect.bisect_right(m.acts, at)
+        if self.rng.random() >= self.stale_probe_rate:
+            return None
+        version = bisect.bisect_right(m.acts, ts)
         return {"catalog_version": version - 1} if version > 1 else None

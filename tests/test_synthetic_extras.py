@@ -1,7 +1,8 @@
 """write_synthetic_run's knobs for the report benchmark: monitor samples and stale probes come on
 a random stream of their own, so the model's run is the same with them as without; a stale probe
-answers the catalog version before the one at its ts (an ap-violation), and every monitor sample
-reports the catalog version active at the safe time it reports."""
+(one with an explicit ts) answers the catalog version before the one at its ts (an ap-violation
+and nothing else), and every monitor sample reports the catalog version active at the safe time
+it reports."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def test_stale_probes_and_monitor_samples_tell_the_truth(tmp_path: Path) -> None
     for p in written.stale_probe_processes:
         invoke, ok = by_process[p]
         assert (invoke["type"], ok["type"], ok["f"]) == ("invoke", "ok", "probe")
+        assert invoke["value"]["ts"] == ok["value"]["ts"] is not None  # ap-violation alone
         assert ok["value"]["catalog_version"] == version_at(ok["value"]["ts"]) - 1
     samples = by_process["monitor"]
     times = [s["time"] for s in samples]

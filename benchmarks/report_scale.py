@@ -42,26 +42,27 @@ MAX_ANOMALIES = 100
 
 def write_run(run_dir: Path, events: int, seed: int = 7) -> dict[str, Any]:
     """A synthetic run directory of about `events` events with a results.json naming its stale
-    probes as ap-violations, so render_report reads a verdict rather than analyzing."""
+    probes as ap-violations, so render_report reads a verdict rather than analyzing (the
+    checker finds exactly these: one anomaly a stale probe, witnessed by its answer)."""
     written = write_synthetic_run(
         run_dir, seed, events=events, monitor_ms=MONITOR_MS, stale_probe_rate=STALE_PROBE_RATE
     )
     stale = set(written.stale_probe_processes[:MAX_ANOMALIES])
-    witnesses: dict[int, list[dict[str, Any]]] = {}  # process -> its probe's invoke and ok
+    answers = []  # the stale probes' ok events: the checker's witness of each
     with (run_dir / "history.jsonl").open(encoding="utf-8") as history:
         for line in history:
-            if '"f":"probe"' in line:
+            if '"f":"probe"' in line and '"type":"ok"' in line:
                 event = json.loads(line)
                 if event["process"] in stale:
-                    witnesses.setdefault(event["process"], []).append(event)
+                    answers.append(event)
     anomalies = [
         {
             "class": "ap-violation",
-            "events": [e["index"] for e in pair],
-            "nodes": sorted({e["node"] for e in pair if "node" in e}),
+            "events": [e["index"]],
+            "nodes": [e["node"]],
             "explanation": "a probe answered a catalog version older than cat(ts).",
         }
-        for pair in witnesses.values()
+        for e in answers
     ]
     results = {
         "valid": not anomalies,

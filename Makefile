@@ -49,7 +49,7 @@ test: setup
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy schemasync harness nemesis workloads checker reports targets sim benchmarks
+	$(VENV)/bin/mypy contract schemasync harness nemesis workloads checker reports targets sim synthetic benchmarks
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 lock: venv

@@ -4,7 +4,7 @@ of the same Parquet.
 
     python benchmarks/checker_scale.py [--sizes 100000 1000000 10000000] [--dir /tmp/checker-bench]
 
-Histories come from `tests/synth.py` (a model of a correct cluster, so the verdict must be
+Histories come from `synthetic` (a model of a correct cluster, so the verdict must be
 valid: true) and are kept in --dir between runs. "first" is the whole pipeline from JSON
 (parse, validation, Parquet copy, checks, statistics); "again" re-analyzes from the Parquet
 copy. "pair" is the pairing of completions with invokes alone, from the same copy: a floor no
@@ -45,16 +45,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-# the synthetic model is test support (tests/synth.py), importable from the repository root
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from checker.analyze import AnalyzeOptions, analyze_run
 from checker.session import build_session, connect_session
 from contract.rundir import HISTORY_PARQUET
-from tests.synth import generate_run
+from synthetic import generate_run
 
 
 def pairing_floor(spark: SparkSession, parquet: Path) -> float:

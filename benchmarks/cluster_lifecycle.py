@@ -16,8 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from harness.backends import docker_answers, provision
 from harness.cluster import ClusterSpec
 from harness.images import ensure_images

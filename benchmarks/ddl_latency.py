@@ -10,16 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from schemasync.hlc import physical_ms  # noqa: E402
-from tests.localcluster import LocalCluster  # noqa: E402
+from schemasync.hlc import physical_ms
+from schemasync.localcluster import LocalCluster
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -28,12 +28,11 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from checker.anomaly_classes import UNAVAILABILITY
+from harness.run import RunOptions, run_test
+from reports.expectation import UNAVAILABLE_AFTER_RESTART_S
 
-from checker.anomaly_classes import UNAVAILABILITY  # noqa: E402
-from harness.run import RunOptions, run_test  # noqa: E402
-from reports.expectation import UNAVAILABLE_AFTER_RESTART_S  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

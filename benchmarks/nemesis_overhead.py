@@ -23,8 +23,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from harness.backends import provision
 from harness.cluster import ClusterSpec
 from nemesis.clock import reset_clocks, start_clock

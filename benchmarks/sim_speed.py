@@ -17,11 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from harness.run import RunOptions, run_test
+from workloads.scenario import load_run_options
 
-from harness.run import RunOptions, run_test  # noqa: E402
-from workloads.scenario import load_run_options  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -21,11 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from schemasync.txn_client import TxnFailed, run_txn  # noqa: E402
-from tests.localcluster import LocalCluster  # noqa: E402
+from schemasync.localcluster import LocalCluster
+from schemasync.txn_client import TxnFailed, run_txn
 
 TABLES = ("bt1", "bt2")
 KEYS = 1000

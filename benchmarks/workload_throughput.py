@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from harness.monitor import ClusterMonitor
 from workloads import build_generator
 from workloads.generator import Op
@@ -102,10 +100,10 @@ class UnrecordedHistory(HistoryRecorder):
 async def cluster_rate(
     cluster: Any, recorder: HistoryRecorder, seconds: float, concurrency: int, seed: int
 ) -> float:
-    from tests.test_workload_runner import NodeClient
+    from targets.schemasync.client import SchemaSyncClient  # what a real run's clients are
 
     async def open_client(node: str) -> Any:
-        return NodeClient(node, await cluster.client(node))
+        return SchemaSyncClient(node, await cluster.client(node))
 
     gen = build_generator("ddl-dml", seed, concurrency, {"dml_interval_s": 0.0, "nodes": 5})
     try:
@@ -116,7 +114,7 @@ async def cluster_rate(
 
 
 def cluster_comparison(seconds: float, rounds: int, concurrency: int) -> None:
-    from tests.localcluster import LocalCluster
+    from schemasync.localcluster import LocalCluster
 
     root = Path(tempfile.mkdtemp(prefix="wl-bench-"))
     on: list[float] = []

@@ -2,7 +2,8 @@
 tests/histories/common, and the edits that make it incomplete, anomalous or odd.
 
 Written from history.md alone (no harness code), so the checker is held to the contract, not to
-what our own recorder happens to write."""
+what our own recorder happens to write. The generic pieces (timestamps, numbering, JSON Lines)
+are synthetic.handmade's; this module holds the fixtures."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from synthetic.handmade import hlc, numbered, write_jsonl
+
 COMMON = Path(__file__).parent / "histories" / "common"
-
-
-def hlc(ms: int, logical: int = 0) -> int:
-    return ms << 16 | logical
 
 
 T1_COLUMNS = [
@@ -60,11 +59,6 @@ def complete_events() -> list[dict[str, Any]]:
     return events
 
 
-def numbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """index 0.. and a controller time 10 ms apart, in list order."""
-    return [{"index": i, "time": (4000 + 10 * i) * 1_000_000, **e} for i, e in enumerate(events)]
-
-
 def write_run(
     dest: Path,
     events: list[dict[str, Any]],
@@ -82,9 +76,8 @@ def write_run(
     if catalog is None:
         shutil.copy(COMMON / "catalog.jsonl", dest / "catalog.jsonl")
     else:
-        (dest / "catalog.jsonl").write_text("".join(json.dumps(c) + "\n" for c in catalog))
-    lines = numbered(events) if renumber else events
-    (dest / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+        write_jsonl(dest / "catalog.jsonl", catalog)
+    write_jsonl(dest / "history.jsonl", numbered(events) if renumber else events)
     return dest
 
 

@@ -30,9 +30,9 @@ from checker.contract import read_catalog_lines, read_run_json
 from checker.frames import RunFrames, build_frames, release
 from checker.ingest import ingest_histories
 from checker.run_facts import with_facts
+from synthetic import generate_run
 from tests.crashing_checks import checks_crashing_on
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 from tests.test_checker_classes import FAST, HISTORIES, make_run
 from tests.test_checker_clock_none import clock_none
 

@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_run
+from synthetic import generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 from tests.test_checker_classes import HISTORIES, make_run, witnesses
 
 FAST = AnalyzeOptions(with_stats=False)

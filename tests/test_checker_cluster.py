@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from synthetic import generate_run
 from tests.conftest import require
-from tests.synth import generate_run
 
 
 @pytest.mark.spark

@@ -21,8 +21,8 @@ from checker.ingest import (
     ingest_history,
 )
 from contract.rundir import HISTORY_COLUMNAR, HISTORY_PARQUET
+from synthetic import generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 from workloads.history import HistoryRecorder, read_history
 
 

@@ -25,8 +25,8 @@ from checker.ingest import (
     ingest_history,
 )
 from contract.rundir import HISTORY_COLUMNAR
+from synthetic import generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 from tests.test_checker_columnar import _recorded_run, replay
 from workloads.history import read_history
 

@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 
 from checker.analyze import AnalyzeOptions, analyze_run, analyze_runs
 from checker.contract import validator
+from synthetic import FAULTS, expected_classes, generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import FAULTS, expected_classes, generate_run
 
 FAST = AnalyzeOptions(with_stats=False)
 

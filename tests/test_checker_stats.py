@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 
 from checker.analyze import analyze_run
 from checker.ingest import load_runs
+from synthetic import generate_run
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 
 
 @pytest.mark.spark

@@ -9,7 +9,7 @@ import pytest
 
 from checker.analyze import exit_code
 from checker.contract import ContractError, first_problem, validate_history_file, validator
-from tests.synth import ClusterModel, generate_run
+from synthetic import ClusterModel, generate_run
 
 OK_DDL = {
     "index": 0,

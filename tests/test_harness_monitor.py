@@ -20,7 +20,7 @@ from harness.monitor import ClusterMonitor, StatusRead, error_code, sample_value
 from harness.reaper import watchdog_processes
 from harness.target import ClientError
 from schemasync.client import Client
-from tests.localcluster import LocalCluster
+from schemasync.localcluster import LocalCluster
 from tests.spark_session import spark  # noqa: F401  (fixture)
 from tests.test_harness_support import free_local_base
 

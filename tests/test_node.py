@@ -18,8 +18,7 @@ import pytest
 
 from schemasync.client import Client, SchemaSyncError
 from schemasync.hlc import add_ms, ceil_ms, make_ts, wall_ms
-from tests.conftest import require
-from tests.localcluster import (
+from schemasync.localcluster import (
     CLIENT_PORT,
     LIBFAKETIME,
     METASTORE_PORT,
@@ -27,6 +26,7 @@ from tests.localcluster import (
     REPO,
     LocalCluster,
 )
+from tests.conftest import require
 
 DD_MS = 150
 CSMAX_MS = 150

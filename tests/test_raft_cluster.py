@@ -12,7 +12,7 @@ import pytest
 
 from schemasync.client import Client, SchemaSyncError
 from schemasync.hlc import add_ms
-from tests.localcluster import LocalCluster
+from schemasync.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 from checker.analyze import analyze_run
 from harness.spark_cli import add_spark_commands
 from harness.spark_cluster import SPARK_LABEL, SparkCluster, spark_down, spark_up
+from synthetic import generate_run
 from tests.conftest import docker_available, require
 from tests.spark_session import spark  # noqa: F401  (session fixture)
-from tests.synth import generate_run
 
 REPO = Path(__file__).resolve().parents[1]
 

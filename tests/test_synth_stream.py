@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from schemasync.types import parse_type, value_problem
-from tests.synth import ClusterModel, generate_run
+from synthetic import ClusterModel, generate_run
 
 EVENTS = 4000
 

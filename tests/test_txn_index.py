@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from schemasync.client import Client
+from schemasync.localcluster import LocalCluster
 from schemasync.txn_client import Transaction, TxnFailed, run_txn
-from tests.localcluster import LocalCluster
 from tests.test_txn_support import cluster_fixture, connect, run
 
 pytestmark = pytest.mark.cluster

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from schemasync.localcluster import LocalCluster
 from schemasync.txn_client import Transaction, run_txn
-from tests.localcluster import LocalCluster
 from tests.test_txn_index import index_state, rows_and_entries
 from tests.test_txn_support import cluster_fixture, connect, run
 

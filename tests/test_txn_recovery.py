@@ -10,9 +10,9 @@ import itertools
 import pytest
 
 from schemasync.client import Client, SchemaSyncError
+from schemasync.localcluster import LocalCluster
 from schemasync.partitioning import partition_of, primary_of
 from schemasync.txn_client import Transaction, TxnFailed, run_txn
-from tests.localcluster import LocalCluster
 from tests.test_txn_support import cluster_fixture, connect, run
 
 pytestmark = pytest.mark.cluster

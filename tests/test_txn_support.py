@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from schemasync.client import Client
-from tests.localcluster import LocalCluster
+from schemasync.localcluster import LocalCluster
 
 T = TypeVar("T")
 BASE_ADDR = "127.0.3"

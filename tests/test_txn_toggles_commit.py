@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
+from schemasync.localcluster import LocalCluster
 from schemasync.txn_client import Transaction, TxnFailed
-from tests.localcluster import LocalCluster
 from tests.test_txn_support import cluster_fixture, connect, probe_version, run
 
 pytestmark = pytest.mark.cluster

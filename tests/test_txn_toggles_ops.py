@@ -9,8 +9,8 @@ import pytest
 
 from schemasync.catalog import Catalog
 from schemasync.compat import forward_compatible
+from schemasync.localcluster import LocalCluster
 from schemasync.txn_client import Transaction, run_txn
-from tests.localcluster import LocalCluster
 from tests.test_txn_support import cluster_fixture, connect, run
 
 pytestmark = pytest.mark.cluster

@@ -295,7 +295,7 @@ class NodeClient:
 
 @pytest.mark.cluster
 def test_a_run_against_a_local_cluster_records_a_valid_history(tmp_path: Path) -> None:
-    from tests.localcluster import LocalCluster
+    from schemasync.localcluster import LocalCluster
 
     concurrency = 8
     options: dict[str, Any] = {"ddl_interval_s": 0.3, "nodes": 5}

@@ -1,4 +1,5 @@
-"""A real local cluster for tests: TOML configs, one ``python -m schemasync.node`` per node.
+"""A real local cluster on loopback, for the tests and the benchmarks: TOML configs, one
+``python -m schemasync.node`` per node.
 
 Node i (1-based) binds ``{base_addr}.{host_offset+i}`` with the standard ports; every process is
 killed when the context exits.

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.anomaly_classes import UNAVAILABILITY
+from harness.backends import BACKENDS
 from harness.run import RunOptions, run_test
 from reports.expectation import UNAVAILABLE_AFTER_RESTART_S
 
@@ -179,6 +180,12 @@ class Outcome:
     outside_witness: tuple[str, ...] = ()  # one explanation per class outside the list
 
 
+def _virtual(backend: str) -> bool:
+    """Whether the backend's runs take virtual seconds (the registry says; auto never does)."""
+    own = BACKENDS.get(backend)
+    return own is not None and own.virtual_time
+
+
 def scenario_options(
     case: Case,
     store: Path,
@@ -223,7 +230,7 @@ def cases(
     said of real time, which a simulation does not run in."""
     from workloads.scenario import load_scenario
 
-    sim = backend == "sim"
+    sim = _virtual(backend)
     out: list[Case] = []
     for toggle in toggles:
         entry = MATRIX[toggle]
@@ -564,11 +571,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = longest_first(
         cases(names, seeds, not args.no_controls, not args.no_baseline, args.backend)
     )
-    parallel = args.parallel or (1 if args.backend == "sim" else 3)
+    parallel = args.parallel or (1 if _virtual(args.backend) else 3)
     started = time.monotonic()
     outcomes = run_matrix(todo, args.store, args.time_limit, parallel, backend=args.backend)
-    if args.backend == "sim":
-        print(f"backend sim: {len(todo)} runs in virtual time, seeds {seeds[0]}-{seeds[-1]}")
+    if _virtual(args.backend):
+        print(
+            f"backend {args.backend}: {len(todo)} runs in virtual time,"
+            f" seeds {seeds[0]}-{seeds[-1]}"
+        )
     print(table(outcomes))
     print(f"\n{len(outcomes)} runs in {time.monotonic() - started:.0f} s")
     if args.json:

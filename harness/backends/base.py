@@ -55,10 +55,13 @@ class Backend(Protocol):
     whatever happens), so a half-made cluster is torn down as a whole one is. `hash_seed`:
     the PYTHONHASHSEED a run needs (a set's order decides a simulated run), else None;
     `samples_status`: whether the monitor samples the nodes (it reads the host's clocks);
-    `stats_file`: where in the run directory the backend's own statistics go, if anywhere."""
+    `stats_file`: where in the run directory the backend's own statistics go, if anywhere;
+    `virtual_time`: its runs take virtual seconds (a seed replays one exactly; a timing that
+    only real time shows cannot be missed there)."""
 
     name: str
     hash_seed: str | None
+    virtual_time: bool
     samples_status: bool
     stats_file: str | None
 
@@ -133,6 +136,7 @@ class HostBackend:
     the controller's monotonic clock, and the target as given."""
 
     hash_seed: str | None = None
+    virtual_time = False
     samples_status = True
     stats_file: str | None = None
 

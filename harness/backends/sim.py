@@ -40,6 +40,7 @@ HASH_SEED = "0"  # sets of strings iterate in hash order: a fixed seed fixes the
 class SimBackend:
     name = "sim"
     hash_seed: str | None = HASH_SEED
+    virtual_time = True
     samples_status = False  # the monitor reads the host's clocks: the history would vary
     stats_file: str | None = "sim.json"
 

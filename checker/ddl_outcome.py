@@ -13,6 +13,8 @@ name no schema cause are never judged. DDLs are few: they are judged in the driv
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,53 +61,82 @@ class State:
 # -- the states a DDL could have run against ------------------------------------------------
 
 
+class Window:
+    """One run's DDLs and catalog, indexed once, so each DDL's window is a few bisections
+    (a soak's thousands of DDLs and versions stay linear-logarithmic).
+
+    `ddls` are every completed DDL of the run, `info` ones included: a version no ack names
+    is placed by the first invoke of its statement by a DDL that may have taken effect."""
+
+    def __init__(self, ddls: Sequence[DdlCompletion], catalog: Sequence[Mapping[str, Any]]):
+        self.lines = sorted(catalog, key=lambda d: int(d["catalog_version"]))
+        self.versions = [int(d["catalog_version"]) for d in self.lines]
+        acks = sorted(
+            (d.time, d.catalog_version, d.invoke_time)
+            for d in ddls
+            if d.type == "ok" and d.catalog_version is not None
+        )
+        self.ack_times = [t for t, _, _ in acks]
+        self.newest_acked = list(itertools.accumulate((v for _, v, _ in acks), max))
+        acked = {v for _, v, _ in acks}
+        first_invoke: dict[str, int] = {}
+        for d in ddls:
+            if d.type == "fail":  # it certainly did not take effect: it made no version
+                continue
+            key = d.stmt.strip()
+            first_invoke[key] = min(first_invoke.get(key, d.invoke_time), d.invoke_time)
+        # when each version's DDL was invoked, where the history says: by its ack, else by
+        # the first invoke of its statement (a version made by the setup has none)
+        made: list[tuple[int, int]] = [(t, v) for _, v, t in acks]
+        made += [
+            (first_invoke[key], v)
+            for v, line in zip(self.versions, self.lines, strict=True)
+            if v not in acked and (key := str(line.get("ddl") or "").strip()) in first_invoke
+        ]
+        made.sort()
+        self.made_times = [t for t, _ in made]
+        self.oldest_made_after = list(
+            reversed(list(itertools.accumulate((v for _, v in reversed(made)), min)))
+        )
+        self.setup = self._setup_version(acked, {v for _, v in made})
+
+    def _setup_version(self, acked: set[int], by_history: set[int]) -> int | None:
+        """The setup's version: the newest older than every acknowledged one that no DDL of
+        the history made (an `info` DDL's version is placed by its invoke, not taken for the
+        setup's; None: the empty catalog)."""
+        oldest_ack = min(acked) if acked else None
+        older = [
+            v
+            for v in self.versions
+            if (oldest_ack is None or v < oldest_ack) and v not in by_history
+        ]
+        return max(older) if older else None
+
+    def states(self, ddl: DdlCompletion) -> list[State]:
+        """The catalog states of anomalies.md's window for `ddl`, oldest first."""
+        if not self.versions:
+            return []
+        acked_before = bisect.bisect_left(self.ack_times, ddl.invoke_time)
+        low = self.newest_acked[acked_before - 1] if acked_before else self.setup
+        invoked_after = bisect.bisect_right(self.made_times, ddl.time)
+        later = self.oldest_made_after[invoked_after : invoked_after + 1]
+        high = later[0] - 1 if later else self.versions[-1]
+        first = 0 if low is None else bisect.bisect_left(self.versions, low)
+        last = bisect.bisect_right(self.versions, high)
+        states = [
+            State(v, line.get("tables") or {})
+            for v, line in zip(self.versions[first:last], self.lines[first:last], strict=True)
+        ]
+        if low is None:  # no version precedes the history's first: the setup's catalog was empty
+            states.insert(0, State(None, {}))
+        return states
+
+
 def candidate_states(
     ddl: DdlCompletion, ddls: Sequence[DdlCompletion], catalog: Sequence[Mapping[str, Any]]
 ) -> list[State]:
-    """The catalog states of anomalies.md's window for `ddl`, oldest first."""
-    lines = sorted(catalog, key=lambda d: int(d["catalog_version"]))
-    versions = [int(d["catalog_version"]) for d in lines]
-    acks = [(d.time, d.catalog_version, d.invoke_time) for d in ddls if d.type == "ok"]
-    acked = [v for _, v, _ in acks if v is not None]
-    before = [v for t, v, _ in acks if v is not None and t < ddl.invoke_time]
-    if before:
-        low: int | None = max(before)
-    else:
-        older = [v for v in versions if not acked or v < min(acked)]
-        low = max(older) if older else None
-    later = [v for _, v, t in acks if v is not None and t > ddl.time]
-    later += _versions_made_later(ddl, ddls, lines, set(acked))
-    high = min(later) - 1 if later else (max(versions) if versions else None)
-    if high is None:
-        return []
-    states = [
-        State(int(d["catalog_version"]), d.get("tables") or {})
-        for d in lines
-        if (low is None or int(d["catalog_version"]) >= low) and int(d["catalog_version"]) <= high
-    ]
-    if low is None:  # no version precedes the history's first: the setup's catalog was empty
-        states.insert(0, State(None, {}))
-    return states
-
-
-def _versions_made_later(
-    ddl: DdlCompletion,
-    ddls: Sequence[DdlCompletion],
-    lines: Sequence[Mapping[str, Any]],
-    acked: set[int],
-) -> list[int]:
-    """Versions no DDL acknowledged whose statement only DDLs invoked after `ddl` completed
-    sent: those versions did not exist yet (an acknowledged version is placed by its ack)."""
-    invoked: dict[str, list[int]] = {}
-    for d in ddls:
-        invoked.setdefault(d.stmt.strip(), []).append(d.invoke_time)
-    out = []
-    for line in lines:
-        v = int(line["catalog_version"])
-        times = invoked.get(str(line.get("ddl") or "").strip())
-        if v not in acked and times and min(times) > ddl.time:
-            out.append(v)
-    return out
+    """The window of `ddl` among `ddls` (a run's, every outcome) over `catalog`."""
+    return Window(ddls, catalog).states(ddl)
 
 
 # -- what one state says of a statement ------------------------------------------------------
@@ -194,15 +225,21 @@ def valid_in(s: DdlStatement, table: str, tables: Tables) -> bool:
 
 
 def judge(
-    ddl: DdlCompletion, ddls: Sequence[DdlCompletion], catalog: Sequence[Mapping[str, Any]]
+    ddl: DdlCompletion,
+    ddls: Sequence[DdlCompletion],
+    catalog: Sequence[Mapping[str, Any]],
+    window: Window | None = None,
 ) -> str | None:
-    """The anomaly's sentence for `ddl`, or None when some state explains its result."""
+    """The anomaly's sentence for `ddl`, or None when some state explains its result (an
+    `info` DDL never is judged). `window`: the run's, when judging many of its DDLs."""
+    if ddl.type not in ("ok", "fail"):
+        return None
     statement = read_statement(ddl.kind, ddl.stmt)
     if statement is None or not ddl.table:
         return None
     if ddl.type == "fail" and ddl.error_code not in (TABLE_NOT_FOUND, DDL_INVALID):
         return None
-    states = candidate_states(ddl, ddls, catalog)
+    states = (window or Window(ddls, catalog)).states(ddl)
     if not states:
         return None
     span = _span(states)
@@ -256,7 +293,7 @@ def ddl_outcome(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     rows = (
         frames.completions.where(
             (F.col("f") == "ddl")
-            & F.col("type").isin("ok", "fail")
+            & F.col("type").isin("ok", "fail", "info")
             & F.col("invoke_index").isNotNull()
         )
         .select(
@@ -297,8 +334,9 @@ def ddl_outcome(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
     found = []
     for run, ddls in sorted(by_run.items()):
         lines = cat.runs[run].lines if run in cat.runs else []
+        window = Window(ddls, lines)
         for d in sorted(ddls, key=lambda d: d.index):
-            why = judge(d, ddls, lines)
+            why = judge(d, ddls, lines, window)
             if why is not None:
                 nodes = [d.node] if d.node else []
                 found.append((run, "ddl-outcome", [d.invoke_index, d.index], nodes, why))

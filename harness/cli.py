@@ -328,13 +328,13 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 def _classes(run_dir: Path) -> set[str] | None:
     """Anomaly classes of an analyzed run (None: not analyzed or verdict unknown)."""
-    path = run_dir / RESULTS
-    if not path.is_file():
+    results = _stored_results(run_dir)
+    if results is None or results.get("valid") == "unknown":
         return None
-    results = json.loads(path.read_text())
-    if results.get("valid") == "unknown":
+    anomalies = results.get("anomalies")
+    if not isinstance(anomalies, list):
         return None
-    return {str(a.get("class")) for a in results.get("anomalies", [])}
+    return {str(a.get("class")) for a in anomalies if isinstance(a, dict)}
 
 
 def _run_dir(path: Path) -> Path:

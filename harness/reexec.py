@@ -8,11 +8,15 @@ reads RunOptions as JSON on stdin and prints the outcome as one JSON line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +59,43 @@ def child_env(hash_seed: str) -> dict[str, str]:
 
 
 def run_in_child(opts: RunOptions, hash_seed: str) -> ChildOutcome:
-    """run_test(opts) in a child with the hash seed; RuntimeError only if the child crashed."""
-    proc = subprocess.run(
+    """run_test(opts) in a child with the hash seed; RuntimeError only if the child crashed.
+
+    The child has a session of its own, so a terminal's Ctrl-C reaches it once, through this
+    process: a signal here is passed on, and the child stops its run as run_test does (the
+    catalog salvaged, the cluster torn down, results.json written) and prints its outcome."""
+    proc = subprocess.Popen(
         child_command(),
-        input=json.dumps(options_to_json(opts)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=child_env(hash_seed),
-        capture_output=True,
-        check=False,
+        start_new_session=True,
     )
-    return outcome_of(proc.stdout, proc.returncode, proc.stderr)
+    with _passing_signals_to(proc):
+        stdout, stderr = proc.communicate(json.dumps(options_to_json(opts)))
+    return outcome_of(stdout, proc.returncode, stderr)
+
+
+@contextlib.contextmanager
+def _passing_signals_to(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP sent to this process go to `proc` instead."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, forward) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def outcome_of(stdout: str, returncode: int, stderr: str) -> ChildOutcome:

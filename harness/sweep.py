@@ -29,10 +29,10 @@ from contract.exit_codes import EXIT_BAD_INPUT, EXIT_UNKNOWN
 from contract.rundir import RESULTS
 from harness.backends import scenario_run_options
 from harness.backends.sim import HASH_SEED, SimBackend
-from harness.options import RunOptions
+from harness.options import RunOptions, shape_problem
 from harness.reexec import child_command, child_env, options_to_json
 from harness.run import unknown_results
-from harness.store import write_json
+from harness.store import store_name_problem, write_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,7 +85,16 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     fields["no_analyze"] = bool(args.no_analyze)
     fields.setdefault("test_name", Path(args.scenario).stem)
     allowed = {f.name for f in dataclasses.fields(RunOptions)}
-    return RunOptions(**{k: v for k, v in fields.items() if k in allowed})
+    opts = RunOptions(**{k: v for k, v in fields.items() if k in allowed})
+    # what `run` refuses before anything starts, refused here too (every seed's child would
+    # otherwise fail alone, as an unknown run)
+    shape = shape_problem(opts)
+    if shape is not None:
+        raise ConfigError(shape.field, shape.why, file=Path(args.scenario))
+    why = store_name_problem(opts.test_name) if opts.test_name is not None else None
+    if why is not None:
+        raise ConfigError("name", why, file=Path(args.scenario))
+    return opts
 
 
 def analyze_dir(

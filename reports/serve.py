@@ -102,9 +102,8 @@ def find_runs(store: Path) -> list[RunEntry]:
         run = run if isinstance(run, dict) else {}
         results = read_json(root, here / RESULTS)
         results = results if isinstance(results, dict) else None
-        banner = banner_of(results, expect_of(run))
-        start = run.get("start_wall_ms")
-        started = start / 1000.0 if isinstance(start, int | float) else here.stat().st_mtime
+        banner = _banner(results, run)
+        started = _started(run.get("start_wall_ms"), here)
         anomalies = results.get("anomalies") if results else None
         out.append(
             RunEntry(
@@ -121,6 +120,30 @@ def find_runs(store: Path) -> list[RunEntry]:
         )
     out.sort(key=lambda r: (r.started, r.rel), reverse=True)
     return out
+
+
+# the last second a page can show as a date (9999-12-31): a run.json of another tool may hold
+# any number, and one date out of range must not make the whole index a 500
+LATEST_SHOWN_S = 253_402_300_799
+
+
+def _started(start_wall_ms: Any, here: Path) -> float:
+    """When the run started, as run.json says it if that is a date a page can show; else
+    when its directory last changed."""
+    if isinstance(start_wall_ms, int | float) and not isinstance(start_wall_ms, bool):
+        seconds = start_wall_ms / 1000.0
+        if 0 <= seconds <= LATEST_SHOWN_S:  # NaN fails both comparisons
+            return seconds
+    return here.stat().st_mtime
+
+
+def _banner(results: dict[str, Any] | None, run: dict[str, Any]) -> Any:
+    """The run's verdict banner; a results.json or `expect` of a shape the banner cannot
+    read shows as no verdict for that run, never a 500 for the whole index."""
+    try:
+        return banner_of(results, expect_of(run))
+    except (TypeError, AttributeError, ValueError):
+        return banner_of(None, ())
 
 
 def _page(title: str, message: str = "") -> bytes:

@@ -85,6 +85,50 @@ def test_an_unacknowledged_version_is_placed_by_its_statements_invoke() -> None:
     assert versions(first, [first, unknown]) == [2, 3]
 
 
+def test_a_version_an_indeterminate_ddl_made_is_not_the_setups() -> None:
+    """Nothing acknowledged, and version 4 made by a DROP of c3 whose outcome is unknown: the
+    setup's version is 3 (with c3), so an ADD of c3 refused as invalid is explained."""
+    drop = ddl("ALTER TABLE t1 DROP COLUMN c3", "drop_column", type="info", invoke=5, done=30)
+    add = ddl(
+        "ALTER TABLE t1 ADD COLUMN c3 INT32",
+        "add_column",
+        type="fail",
+        code="DDL_INVALID",
+        invoke=10,
+        done=20,
+        index=2,
+    )
+    states = candidate_states(add, [drop, add], CATALOG[:4])
+    assert [s.version for s in states] == [3, 4]
+    assert judge(add, [drop, add], CATALOG[:4]) is None
+
+
+def test_a_version_an_indeterminate_ddl_made_after_the_completion_is_left_out() -> None:
+    """An ADD of c1 succeeds while every version has c1; a DROP of c1 invoked after it
+    completed, of unknown outcome, made version 4: version 4 is not in the window, and the
+    success is an anomaly (judged end to end: the info DDL reaches the window)."""
+    drop_c1 = {
+        "catalog_version": 4,
+        "activation_ts": 4,
+        "ddl": "ALTER TABLE t1 DROP COLUMN c1",
+        "tables": {
+            "t1": {
+                **CATALOG[2]["tables"]["t1"],
+                "columns": CATALOG[2]["tables"]["t1"]["columns"][1:],
+            }
+        },
+    }
+    catalog = [*CATALOG[:3], drop_c1]
+    add = ddl("ALTER TABLE t1 ADD COLUMN c1 INT32", "add_column", invoke=10, done=20, version=5)
+    drop = ddl(
+        "ALTER TABLE t1 DROP COLUMN c1", "drop_column", type="info", invoke=25, done=30, index=2
+    )
+    assert [s.version for s in candidate_states(add, [add, drop], catalog)] == [3]
+    found = judge(add, [add, drop], catalog)
+    assert found is not None and "column c1 exists in t1" in found
+    assert judge(drop, [add, drop], catalog) is None  # an info DDL is never judged
+
+
 def test_a_catalog_that_starts_at_an_acknowledged_version_starts_from_the_empty_catalog() -> None:
     create = ddl("CREATE TABLE t1 (c1 INT32)", "create_table", invoke=10, done=20, version=2)
     lines = [c for c in CATALOG if c["catalog_version"] >= 2]

@@ -262,3 +262,33 @@ def test_repro_replays_the_same_seed_schedule_and_config(tmp_path: Path) -> None
         f"stop-{a['nemesis']['schedule'][0]['params']['kind']}",
     ]
     assert any(e["f"].startswith("start-") for e in _read_history(replay / "history.jsonl"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_a_sim_run_in_its_hash_seed_child_like_any_run(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A sim run re-executes itself in a child with a fixed hash seed: a signal to the
+    command reaches the child, which stops its run as run_test does (the catalog salvaged,
+    results.json unknown naming the signal), and the command waits for it and exits as any
+    run (130 for Ctrl-C, 2 for SIGTERM). Before, SIGTERM orphaned the child (it simulated on)
+    and Ctrl-C killed it with no results.json."""
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "harness.cli", "run", "--backend", "sim", "--time-limit",
+           "3000", "--nemesis", "none", "--no-analyze", "--no-progress", "--store", str(store),
+           "--test-name", "simstop"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    history = store / "simstop" / "latest" / "history.jsonl"
+    _wait_for_events(proc, history, 200)
+    run_dir = (store / "simstop" / "latest").resolve()
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    expected = 130 if sig == signal.SIGINT else 2
+    assert proc.returncode == expected, out.decode()[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] == "unknown" and sig.name in results["errors"][0], results
+    assert (run_dir / "catalog.jsonl").read_text(), "the stopped sim run keeps its catalog"
+    _read_history(history)
+    size = history.stat().st_size
+    time.sleep(2.0)
+    assert history.stat().st_size == size, "the child must not simulate on after the command"

@@ -275,7 +275,7 @@ def test_read_only_run_and_one_named_twice(tmp_path: Path) -> None:
 def spark_container_mounting(store: Path) -> Iterator[str]:
     """A container labelled as a Spark cluster of ours that bind-mounts `store` at the same
     path, as `spark up` makes them; its address. Removed after."""
-    from harness.cluster import docker_answers
+    from harness.backends import docker_answers
     from harness.images import base_tag
     from harness.remote_docker import docker_client
     from harness.spark_cluster import SPARK_LABEL

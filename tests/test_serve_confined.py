@@ -261,3 +261,32 @@ def test_every_request_is_answered(store: Path) -> None:
 def test_locate_classifies_before_opening(store: Path, name: str, expected: object) -> None:
     found = locate(store.resolve(), store / name)
     assert (found.kind if isinstance(found, StoreEntry) else found) == expected
+
+
+@pytest.mark.parametrize(
+    ("run_json", "results_json"),
+    [
+        ({"test": "odd-start", "start_wall_ms": 1e20}, None),
+        ({"test": "odd-start", "start_wall_ms": float("nan")}, None),
+        ({"test": "odd-start", "start_wall_ms": -5}, None),
+        ({"test": "odd-start", "expect": 5}, {"valid": True, "anomalies": []}),
+        ({"test": "odd-start"}, {"valid": False, "anomalies": [1]}),
+    ],
+)
+def test_one_run_of_an_odd_shape_never_takes_the_index_down(
+    tmp_path: Path, run_json: dict, results_json: dict | None
+) -> None:
+    """A run.json or results.json that another tool wrote, of a shape the page cannot show
+    (a start date beyond any calendar, an `expect` that is no list, anomalies that are no
+    objects), lists that run by what can be shown; the index is still 200 for the others."""
+    store = tmp_path / "store"
+    _write_run(store / "plain" / "1", "plain-test")
+    odd = store / "odd" / "1"
+    odd.mkdir(parents=True)
+    (odd / "run.json").write_text(json.dumps(run_json))
+    if results_json is not None:
+        (odd / "results.json").write_text(json.dumps(results_json))
+    with serving(store) as srv:
+        status, body = get(srv, "/")
+    assert status == 200, body[:500]
+    assert b"plain-test" in body and b"odd-start" in body

@@ -170,10 +170,12 @@ class NemesisPlayer:
         await heal_all(self.ctx, recorder)
 
 
-async def own_signals(work: Coroutine[Any, Any, None]) -> str | None:
+async def own_signals(work: Coroutine[Any, Any, None], *, via_loop: bool = True) -> str | None:
     """Run work with SIGINT, SIGTERM and SIGHUP cancelling it (on the main thread, where
     signals arrive); the name of the signal that did, or None. A signal must not raise out of
-    the event loop's own code: the loop would close with the teardown half done."""
+    the event loop's own code: the loop would close with the teardown half done. `via_loop`:
+    the loop's own signal handling (it wakes a loop waiting in select); a loop that never
+    polls (the SimLoop) gets a plain handler that cancels, as asyncio.Runner's SIGINT does."""
     if threading.current_thread() is not threading.main_thread():
         await work
         return None
@@ -189,7 +191,10 @@ async def own_signals(work: Coroutine[Any, Any, None]) -> str | None:
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in sigs}
     for sig in sigs:
-        loop.add_signal_handler(sig, on_signal, sig)
+        if via_loop:
+            loop.add_signal_handler(sig, on_signal, sig)
+        else:
+            signal.signal(sig, lambda signum, _frame: on_signal(signal.Signals(signum)))
     try:
         await work
     except asyncio.CancelledError:
@@ -198,6 +203,7 @@ async def own_signals(work: Coroutine[Any, Any, None]) -> str | None:
         me.uncancel()
     finally:
         for sig in sigs:
-            loop.remove_signal_handler(sig)
+            if via_loop:
+                loop.remove_signal_handler(sig)
             signal.signal(sig, previous[sig])
     return received[0] if received else None

@@ -89,7 +89,7 @@ class LocalBackend(HostBackend):
             n: LocalRemote(n, a, run_id) for n, a in zip(nodes, addresses, strict=True)
         }
         cleanups.append(lambda: kill_tagged(run_id))
-        cleanups.append(lambda: remove_iptables_rules(addresses))
+        cleanups.append(lambda: remove_iptables_rules(addresses, run_id=run_id))
         node_dirs = {n: str(work_dir / "nodes" / n) for n in nodes}
         for d in node_dirs.values():
             Path(d).mkdir(parents=True, exist_ok=True)

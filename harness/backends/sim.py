@@ -20,6 +20,7 @@ from harness.backends.base import (
     RunClock,
     check_no_nodes_file,
     check_voters,
+    own_signals,
 )
 from harness.cluster_spec import Cluster, ClusterSpec, node_names, split_roles
 from harness.options import RunOptions
@@ -101,8 +102,8 @@ class SimBackend:
 
     def run_loop(self, work: Coroutine[Any, Any, None]) -> tuple[str | None, dict[str, Any]]:
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        _, loop = run_simulation(work)
-        return None, {
+        stopped_by, loop = run_simulation(own_signals(work, via_loop=False))
+        return stopped_by, {
             "wall_s": round(time.perf_counter() - wall0, 3),
             "cpu_s": round(time.process_time() - cpu0, 3),
             "virtual_s": round(loop.time(), 3),

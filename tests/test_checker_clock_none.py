@@ -43,7 +43,10 @@ def test_clock_free_checks_find_the_same_witnesses(
     # its first half (participants that disagree) needs no clock
     assert "mixed-schema-commit" not in results["not_applicable"]
     assert {a["class"] for a in results["anomalies"]} == {case}, results["anomalies"]
-    assert witnesses(results, case) == sorted(sorted(e) for e in expect[case])
+    expected = expect[case]
+    if case == "lost-ddl":  # version 4's ack differs only by its activation, opaque here
+        expected = [e for e in expected if e != [3]]
+    assert witnesses(results, case) == sorted(sorted(e) for e in expected)
 
 
 def _txn(process: int, name: str, commit_ms: int, c1: int) -> tuple[dict[str, Any], ...]:

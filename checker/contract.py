@@ -7,6 +7,7 @@ run.json, catalog.jsonl and (when small) history.jsonl with it, naming file, lin
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from functools import cache
@@ -57,7 +58,8 @@ def fast_check(kind: str = "event") -> Any:
     whether a document conforms; `first_problem` then names the field of one that does not."""
     root = schema()
     target = root if kind == "event" else {**root, "$ref": f"#/$defs/{kind}"}
-    return fastjsonschema.compile(target)
+    # fastjsonschema rewrites every $ref it resolves in place: it gets a copy of its own
+    return fastjsonschema.compile(copy.deepcopy(target))
 
 
 def conforms(kind: str, document: Any) -> bool:

@@ -10,6 +10,7 @@ line, whose columns are read by no one.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -459,7 +460,12 @@ def _event_rules() -> list[dict[str, Any]]:
 
 def json_schema() -> dict[str, Any]:
     """The run directory's JSON Schema: the root validates one history.jsonl event,
-    `$defs.catalog_line` one catalog.jsonl line and `$defs.run` run.json."""
+    `$defs.catalog_line` one catalog.jsonl line and `$defs.run` run.json. A copy of its own
+    each call: a validator that rewrites what it reads cannot change the next caller's."""
+    return copy.deepcopy(_json_schema())
+
+
+def _json_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://schemachaos.invalid/history_schema.json",

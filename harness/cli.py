@@ -145,8 +145,6 @@ def _validate(opts: RunOptions) -> None:
         except (ValueError, KeyError) as e:
             where = "--nemesis" if opts.scenario is None else f"--scenario: {opts.scenario}"
             raise BadInput(f"{where}: nemesis: {e}") from e
-    if opts.nodes_file is not None and not opts.nodes_file.is_file():
-        raise BadInput(f"--nodes-file: file not found: {opts.nodes_file}")
     try:
         opts.store.mkdir(parents=True, exist_ok=True)
     except OSError as e:

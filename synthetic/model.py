@@ -281,6 +281,26 @@ class ClusterModel:
         self.last_ack_t = max(self.last_ack_t, ack_t)
         return line, ack_t, event
 
+    def refused_ddl(
+        self, t: int, stmt: str, table: str, kind: str, code: str, node: str = "n1"
+    ) -> None:
+        """A DDL invoked at t and refused 1 ms later with `code` (it made no version)."""
+        p = self.process()
+        value = {"stmt": stmt, "table": table, "kind": kind}
+        self.emit(t, {"type": "invoke", "process": p, "f": "ddl", "value": value})
+        error = {"code": code, "message": f"{stmt}: refused", "retriable": False}
+        self.emit(
+            t + MS,
+            {
+                "type": "fail",
+                "process": p,
+                "f": "ddl",
+                "node": node,
+                "value": value,
+                "error": error,
+            },
+        )
+
     def tables_copy(self) -> dict[str, Any]:
         return copy.deepcopy(self.latest()["tables"])
 

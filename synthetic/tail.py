@@ -28,6 +28,8 @@ def scripted_tail(m: ClusterModel, t: int, fault: str | None) -> int:
     t, ack_b_event = _incompatible_ddl(m, t, k_a, fault)
     t = _mixed_commit(m, t, (k_a, k_b), fault)
     t = _lost_write(m, t, fault)
+    if fault == "ddl-outcome":
+        t = _refused_ddls(m, t)
     if fault == "lost-ddl":
         ack_b_event["value"]["activation_ts"] += 1
     t += 20 * MS
@@ -39,6 +41,19 @@ def scripted_tail(m: ClusterModel, t: int, fault: str | None) -> int:
         last["ddl"] = "ALTER INDEX i1 SET STATE AVAILABLE"
         m.catalog.append(last)
     return t
+
+
+def _refused_ddls(m: ClusterModel, t: int) -> int:
+    """ddl-outcome's near-miss and fault, only in a run that asks for it (every other run's
+    history stays as it was): an ALTER of a table no version has, refused as not found, and
+    one of t2, which every version since the last ack has, refused as not found."""
+    m.refused_ddl(
+        t, "ALTER TABLE t_gone ADD COLUMN z INT32", "t_gone", "add_column", "TABLE_NOT_FOUND"
+    )
+    m.refused_ddl(
+        t + 2 * MS, "ALTER TABLE t2 ADD COLUMN z INT32", "t2", "add_column", "TABLE_NOT_FOUND", "n2"
+    )
+    return t + 10 * MS
 
 
 def _compatible_ddl(m: ClusterModel, t: int, keys: tuple[int, int], fault: str | None) -> int:

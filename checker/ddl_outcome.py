@@ -87,7 +87,10 @@ class Window:
             first_invoke[key] = min(first_invoke.get(key, d.invoke_time), d.invoke_time)
         # when each version's DDL was invoked, where the history says: by its ack, else by
         # the first invoke of its statement (a version made by the setup has none)
-        made: list[tuple[int, int]] = [(t, v) for _, v, t in acks]
+        first_ack_invoke: dict[int, int] = {}
+        for _, v, t in acks:  # a version acknowledged twice was made by its first DDL
+            first_ack_invoke[v] = min(first_ack_invoke.get(v, t), t)
+        made: list[tuple[int, int]] = [(t, v) for v, t in first_ack_invoke.items()]
         made += [
             (first_invoke[key], v)
             for v, line in zip(self.versions, self.lines, strict=True)

@@ -77,6 +77,15 @@ def test_the_window_ends_before_a_version_whose_ddl_was_invoked_after_the_comple
     assert versions(first, [first, tied]) == [2, 3, 4, 5]
 
 
+def test_a_version_acknowledged_twice_is_placed_by_its_first_ddl() -> None:
+    """Version 3 acknowledged again by a DDL invoked after `drop` completed: it existed
+    before, so it stays in `drop`'s window (the window ends only before versions made later)."""
+    add = ddl("ALTER TABLE t1 ADD COLUMN c3 INT32", "add_column", invoke=10, done=20, version=3)
+    drop = ddl("ALTER TABLE t1 DROP COLUMN c2", "drop_column", invoke=25, done=30, index=2)
+    again = ddl("ALTER TABLE t1 ADD COLUMN c3 INT32", "add_column", invoke=40, done=50, version=3)
+    assert versions(drop, [add, drop, again]) == [3, 4, 5]
+
+
 def test_an_unacknowledged_version_is_placed_by_its_statements_invoke() -> None:
     first = ddl("ALTER TABLE t1 ADD COLUMN c3 INT32", "add_column", invoke=10, done=20, version=3)
     unknown = ddl(

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from checker.sql_types import column_type
+from contract.history_shape import DDL_KINDS
 
 _NAME = r'(?:"[^"]+"|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)'
 _IF_EXISTS = r"(?P<if>IF\s+(?:NOT\s+)?EXISTS\s+)?"
@@ -37,17 +38,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     }.items()
 }
 _ALTER_COLUMN_KINDS = ("alter_type", "set_not_null", "drop_not_null", "set_default", "drop_default")
-KINDS = (
-    "create_table",
-    "drop_table",
-    "rename_table",
-    "add_column",
-    "drop_column",
-    "rename_column",
-    *_ALTER_COLUMN_KINDS,
-    "create_index",
-    "drop_index",
-)
+# the contract's DDL kinds this reader follows (every one that names a statement's shape)
+KINDS = tuple(k for k in DDL_KINDS if k in _PATTERNS or k in _ALTER_COLUMN_KINDS)
 
 
 def same_name(a: str, b: str) -> bool:

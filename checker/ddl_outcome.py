@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from checker.catalog_index import RUN, CatalogIndex
 from checker.ddl_statement import DdlStatement, read_statement, same_name
-from checker.frames import RunFrames
+from checker.frames import RunFrames, ddl_statement
 
 TABLE_NOT_FOUND = "TABLE_NOT_FOUND"
 DDL_INVALID = "DDL_INVALID"
@@ -307,9 +307,7 @@ def ddl_outcome(frames: RunFrames, cat: CatalogIndex) -> DataFrame:
             "time",
             "invoke_time",
             "node",
-            F.coalesce(F.col("invoke_stmt"), F.col("v_stmt")).alias("stmt"),
-            F.coalesce(F.col("invoke_table"), F.col("v_table")).alias("table"),
-            F.coalesce(F.col("invoke_kind"), F.col("v_kind")).alias("kind"),
+            *ddl_statement(),
             "error_code",
             "catalog_version",
         )

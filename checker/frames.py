@@ -240,6 +240,16 @@ def _participants(txn_events: DataFrame, cat: CatalogIndex) -> DataFrame:
     return cat.with_enlisted_table(parts, "commit_ts")
 
 
+def ddl_statement() -> list[Column]:
+    """A DDL completion's statement, table and kind: its own, or its invoke's when the
+    completion does not repeat them."""
+    return [
+        F.coalesce(F.col("invoke_stmt"), F.col("v_stmt")).alias("stmt"),
+        F.coalesce(F.col("invoke_table"), F.col("v_table")).alias("table"),
+        F.coalesce(F.col("invoke_kind"), F.col("v_kind")).alias("kind"),
+    ]
+
+
 def build_frames(
     events: DataFrame,
     cat: CatalogIndex,
@@ -338,9 +348,7 @@ def build_frames(
         "invoke_time",
         "invoke_index",
         "latency_ns",
-        F.coalesce(F.col("invoke_stmt"), F.col("v_stmt")).alias("stmt"),
-        F.coalesce(F.col("invoke_table"), F.col("v_table")).alias("table"),
-        F.coalesce(F.col("invoke_kind"), F.col("v_kind")).alias("kind"),
+        *ddl_statement(),
         "catalog_version",
         "activation_ts",
     )

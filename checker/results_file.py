@@ -8,6 +8,7 @@ printed, never written, and the analysis writes nothing else there either (check
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -85,8 +86,7 @@ def _fsync_directory(directory: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # a directory some filesystems will not fsync
+            os.fsync(fd)
     finally:
         os.close(fd)

@@ -1,8 +1,11 @@
-"""A run against its scenario's `expect`: the one judgement that `run --gate`, the report's
-banner, junit.xml and the nightly page all show, so a CI job and a person never disagree.
+"""A run against its scenario's `expect` and `allow`: the one judgement that `run --gate`, the
+report's banner, junit.xml and the nightly page all show, so a CI job and a person never disagree.
 
-The rule is the gate's: a judged run (valid true or false) matches iff the set of anomaly
-classes found equals `expect` (empty: the run must be valid); an unknown verdict matches nothing.
+The rule is the gate's: a judged run (valid true or false) matches iff every class in `expect`
+is found and every class found is in `expect` or `allow` (empty both: the run must be valid); an
+unknown verdict matches nothing. `allow` names the known findings of the system under test that
+a gate tolerates, each with its reason (PostgreSQL's standbys' schema-conformance, say): found
+or not, they fail nothing, and the verdict lists the ones found.
 `unavailability` is a liveness finding, not an anomaly class: where `expect` names it, it is
 found when a node the kill nemesis restarted then served nothing for UNAVAILABLE_AFTER_RESTART_S
 (results.json `stats.restarts`); a run that does not expect it is not failed for it (a slow
@@ -29,8 +32,9 @@ class ExpectVerdict:
     expect: tuple[str, ...]
     found: tuple[str, ...]
     missed: tuple[str, ...]  # expected, not found
-    unexpected: tuple[str, ...]  # found, not expected
+    unexpected: tuple[str, ...]  # found, neither expected nor allowed
     status: Status
+    allowed: tuple[str, ...] = ()  # found, not expected, and allowed
 
     @property
     def passed(self) -> bool:
@@ -41,7 +45,8 @@ class ExpectVerdict:
         if self.status == "unknown":
             return "verdict unknown: the run cannot be held against its expectation"
         if self.status == "matched":
-            return f"as expected ({', '.join(self.expect) or 'no anomalies'})"
+            known = f"; allowed: {', '.join(self.allowed)}" if self.allowed else ""
+            return f"as expected ({', '.join(self.expect) or 'no anomalies'}{known})"
         return (
             f"missed {list(self.missed) or 'nothing'}, "
             f"unexpected {list(self.unexpected) or 'nothing'}"
@@ -73,14 +78,25 @@ def unavailable_after_restart(results: Mapping[str, Any] | None) -> bool:
     )
 
 
-def judge(results: Mapping[str, Any] | None, expect: Sequence[str]) -> ExpectVerdict:
-    """results.json against the expected classes (None results: not analyzed, unknown)."""
+def allow_of(run: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The classes run.json says the run tolerates (`allow`: class -> reason); none when the
+    field is absent or not a table."""
+    raw = (run or {}).get("allow")
+    return tuple(sorted(str(c) for c in raw)) if isinstance(raw, Mapping) else ()
+
+
+def judge(
+    results: Mapping[str, Any] | None, expect: Sequence[str], allow: Sequence[str] = ()
+) -> ExpectVerdict:
+    """results.json against the expected and allowed classes (None results: not analyzed,
+    unknown)."""
     expected = tuple(sorted(set(expect)))
     found = found_classes(results)
     if UNAVAILABILITY in expected and unavailable_after_restart(results):
         found = tuple(sorted((*found, UNAVAILABILITY)))
     missed = tuple(c for c in expected if c not in found)
-    unexpected = tuple(c for c in found if c not in expected)
+    allowed = tuple(c for c in found if c not in expected and c in allow)
+    unexpected = tuple(c for c in found if c not in expected and c not in allow)
     status: Status
     if results is None or results.get("valid") not in (True, False):
         status = "unknown"
@@ -88,4 +104,4 @@ def judge(results: Mapping[str, Any] | None, expect: Sequence[str]) -> ExpectVer
         status = "mismatched"
     else:
         status = "matched"
-    return ExpectVerdict(expected, found, missed, unexpected, status)
+    return ExpectVerdict(expected, found, missed, unexpected, status, allowed)

@@ -175,6 +175,25 @@ def _run_json_nemesis_all(tmp: Path, stack: ExitStack) -> list[str]:
     return ["repro", "--backend", "sim", "--store", str(tmp / "store"), str(run)]
 
 
+def _report_of_read_only_run(tmp: Path, stack: ExitStack) -> list[str]:
+    """No results.json either: refused before the analysis, whose verdict would go nowhere."""
+    run = run_dir(tmp / "run")
+    return ["report", str(stack.enter_context(read_only_mount(run)))]
+
+
+def _report_out_read_only(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    (tmp / "shelf").mkdir()
+    shelf = stack.enter_context(read_only_mount(tmp / "shelf"))
+    return ["report", str(run), "--out", str(shelf / "pages")]
+
+
+def _report_out_a_file(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    (tmp / "pages").write_text("")
+    return ["report", str(run), "--out", str(tmp / "pages")]
+
+
 def _read_only_store(tmp: Path, stack: ExitStack) -> list[str]:
     (tmp / "store").mkdir()
     store = stack.enter_context(read_only_mount(tmp / "store"))
@@ -200,6 +219,14 @@ CASES = [
          "results.json: not JSON (line 1: Expecting value)"),
     Case("report-results-a-list", _results_a_list, 254,
          "results.json: not a JSON object (a list)"),
+    Case("report-read-only-run", _report_of_read_only_run, 254,
+         "RUN_DIR: {tmp}/run-ro: the report cannot be written there (Read-only file system);"
+         " name another directory with --out"),
+    Case("report-out-read-only", _report_out_read_only, 254,
+         "--out: {tmp}/shelf-ro/pages: the report cannot be written there (Read-only file"
+         " system); name another directory with --out"),
+    Case("report-out-a-file", _report_out_a_file, 254,
+         "--out: {tmp}/pages: not a directory; name another directory with --out"),
     Case("repro-run-json-a-list", _run_json_a_list, 254,
          "run.json: not a JSON object but a list"),
     Case("repro-nemesis-all", _run_json_nemesis_all, 254,
@@ -221,10 +248,10 @@ def test_file_system_fault(case: Case, tmp_path: Path) -> None:
     if case.stream == "stderr":
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1, out  # one line, and it says why
-        assert case.reason in lines[0], out
+        assert case.reason.format(tmp=tmp_path) in lines[0], out
     else:
         errors = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("error: ")]
-        assert any(case.reason in ln for ln in errors), out
+        assert any(case.reason.format(tmp=tmp_path) in ln for ln in errors), out
 
 
 def test_immutable_results_stay_unanalysed(tmp_path: Path) -> None:
@@ -236,6 +263,25 @@ def test_immutable_results_stay_unanalysed(tmp_path: Path) -> None:
     assert proc.returncode == 254, proc.stderr
     assert "nothing analysed" in proc.stderr
     assert not (run / "history.parquet").exists()
+
+
+def test_report_of_a_read_only_run_goes_where_out_says(tmp_path: Path) -> None:
+    """`report --out` renders a run it cannot write into elsewhere: the pages, their plots
+    linked beside them, and the verdict the page links to; the run is left as it was."""
+    run = run_dir(tmp_path / "run")
+    verdict = {"valid": False, "anomalies": [], "errors": [], "not_applicable": [], "stats": {}}
+    (run / "results.json").write_text(json.dumps(verdict))
+    before = sorted(p.name for p in run.iterdir())
+    with read_only_mount(run) as mounted:
+        proc = schemachaos("report", str(mounted), "--out", str(tmp_path / "pages"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pages = tmp_path / "pages"
+    assert proc.stdout.strip() == str(pages / "report.html")
+    assert json.loads((pages / "results.json").read_text()) == verdict
+    page = (pages / "report.html").read_text()
+    assert 'href="plots/' in page and str(tmp_path / "pages") not in page  # relative links
+    assert {"timeline.html", "junit.xml", "plots", "anomalies"} <= {p.name for p in pages.iterdir()}
+    assert sorted(p.name for p in run.iterdir()) == before
 
 
 @pytest.mark.spark

@@ -430,13 +430,15 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from harness.cluster import clean
+    from harness.cluster import clean, collect_dead_catalogs
 
     if args.nodes_file is not None:
         try:
             load_nodes_file(args.nodes_file)
         except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
+    for note in collect_dead_catalogs(args.store, args.run_id):  # before the nodes go
+        print(note)
     removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
     for item in removed:
         print(f"removed {item}")

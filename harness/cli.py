@@ -214,19 +214,19 @@ def _execute(
         backend, why = resolve_backend(opts.backend)
     except ProvisionError as e:
         raise BadInput(str(e)) from e
-    print(f"schemachaos: {why}", file=sys.stderr)
     # absolute: local nodes run in their own directory under the store, and cd there first
     opts = replace(opts, backend=backend.name, store=opts.store.resolve())
     unavailable = backend.unavailable_kinds()
+    if unavailable and default_nemesis:
+        opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
+    _validate(opts)  # bad input is its one line alone: the notes below only for a run
+    print(f"schemachaos: {why}", file=sys.stderr)
     if unavailable:
         print(
             f"schemachaos: the {backend.name} backend cannot inject "
             f"{', '.join(sorted(unavailable))} here (not root: iptables/tc)",
             file=sys.stderr,
         )
-        if default_nemesis:
-            opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
-    _validate(opts)
     if not show_progress and not verbose:
         outcome = run_test(opts)
     else:

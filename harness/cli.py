@@ -387,12 +387,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     """A directory that is not a run (neither run.json nor history.jsonl) is bad input and is
     left untouched; a run with a broken or partial history still gets its UNKNOWN page."""
     run_dir = _run_dir(args.run_dir)
-    from reports.render import ReportNotWritten, UnusableResults, render_report  # matplotlib
+    from reports.render import ReportNotWritten, UnreadableRun, UnusableResults, render_report
     from reports.rundata import NotARunDirectory
 
-    try:
+    try:  # matplotlib loads only here, when rendering
         print(render_report(run_dir, args.out))
-    except (NotARunDirectory, UnusableResults) as e:
+    except (NotARunDirectory, UnusableResults, UnreadableRun) as e:
         raise BadInput(f"RUN_DIR: {e}") from e
     except ReportNotWritten as e:
         raise BadInput(f"{'--out' if args.out else 'RUN_DIR'}: {e}") from e

@@ -130,6 +130,8 @@ def recorded_run(store: Path | None, run_id: str) -> tuple[Path, dict] | None:
     if store is None or not store.is_dir():
         return None
     for path in sorted(store.glob("*/*/run.json")):
+        if not path.is_file():
+            continue  # a FIFO would block the read forever: not a run.json anyway
         try:
             run = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from contract.rundir import HISTORY, REPORT, RESULTS
+from contract.rundir import CATALOG, HISTORY, REPORT, RESULTS, RUN_JSON
 from reports.anomaly_pictures import AnomalyPicture, anomaly_pictures
 from reports.html import build_report_html, page_title
 from reports.junit import write_junit
@@ -38,6 +38,11 @@ def _write_atomically(path: Path, text: str) -> None:
 class UnusableResults(ValueError):
     """results.json is there but is no verdict (not JSON, not an object, cannot be read):
     one line naming it; nothing is rendered from it."""
+
+
+class UnreadableRun(Exception):
+    """A file of the run that the pages read is not a regular file (a FIFO would block the
+    read forever, a directory fails it) or cannot be read: one line naming it."""
 
 
 class ReportNotWritten(Exception):
@@ -78,7 +83,48 @@ def _stored_results(path: Path) -> dict[str, Any]:
     if not isinstance(results, dict):
         kind = type(results).__name__
         raise UnusableResults(f"{path}: not a JSON object (a {kind}) {again}")
+    problem = _verdict_problem(results)
+    if problem is not None:
+        raise UnusableResults(f"{path}: {problem} {again}")
     return results
+
+
+# the verdict's fields the pages read and the JSON each must be (anomalies.md "results.json")
+_VERDICT_LISTS = ("anomalies", "errors", "not_applicable")
+
+
+def _verdict_problem(results: dict[str, Any]) -> str | None:
+    """Why a results.json object is no verdict the pages can show (None: it is one). Only
+    what is there is checked: a field left out is shown as absent."""
+    valid = results.get("valid", "unknown")
+    if not (isinstance(valid, bool) or valid == "unknown"):
+        return f'valid: {json.dumps(valid)[:40]} where true, false or "unknown" is due'
+    for key in _VERDICT_LISTS:
+        if key in results and not isinstance(results[key], list):
+            return f"{key}: a {_json_kind(results[key])} where a list is due"
+    if "stats" in results and not isinstance(results["stats"], dict):
+        return f"stats: a {_json_kind(results['stats'])} where an object is due"
+    for i, anomaly in enumerate(results.get("anomalies") or []):
+        if not isinstance(anomaly, dict):
+            return f"anomalies[{i}]: a {_json_kind(anomaly)} where an object is due"
+        if not isinstance(anomaly.get("events", []), list):
+            return f"anomalies[{i}].events: a {_json_kind(anomaly['events'])} where a list is due"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
+
+
+def _readable_files(run_dir: Path) -> None:
+    """Each file of the run the pages read is a regular file or absent (UnreadableRun): a
+    FIFO there would block the read forever, before any timeout could say so."""
+    for name in (RUN_JSON, HISTORY, CATALOG, RESULTS):
+        path = run_dir / name
+        if os.path.lexists(path) and not path.is_file():
+            what = "a directory" if path.is_dir() else "not a regular file"
+            raise UnreadableRun(f"{path}: {what}, where the run's {name} is due")
 
 
 def _results(run_dir: Path) -> tuple[dict[str, Any], BaseException | None]:
@@ -114,6 +160,7 @@ def render_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     the report.html path.
     NotARunDirectory, with nothing written, when run_dir holds neither run.json nor history;
     UnusableResults, with nothing written, when its results.json is no verdict;
+    UnreadableRun, with nothing written, when a file of the run cannot be read;
     ReportNotWritten, before any analysis, when out_dir takes no file."""
     run_dir = Path(run_dir)
     out = run_dir if out_dir is None else Path(out_dir)
@@ -123,10 +170,11 @@ def render_report(run_dir: Path, out_dir: Path | None = None) -> Path:
         raise NotARunDirectory(f"cannot be read ({e.strerror}): {run_dir}") from None
     if not is_run_dir(run_dir):
         raise NotARunDirectory(f"not a run directory (no run.json or history.jsonl): {run_dir}")
+    _readable_files(run_dir)
     writable_report_dir(out)
     results, crash = _results(run_dir)
     try:
-        report = _write_pages(run_dir, out, load_run(run_dir, results), results)
+        report = _write_pages(run_dir, out, _read_run(run_dir, results), results)
     except MALFORMED:
         if not _breaks_the_contract(run_dir):
             raise  # the files follow the contract: the fault is the report's own
@@ -136,6 +184,14 @@ def render_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     if crash is not None:
         raise crash
     return report
+
+
+def _read_run(run_dir: Path, results: dict[str, Any]) -> RunData:
+    """load_run; a file there this user cannot read is UnreadableRun naming it."""
+    try:
+        return load_run(run_dir, results)
+    except OSError as e:
+        raise UnreadableRun(f"{e.filename or run_dir}: cannot be read ({e.strerror})") from None
 
 
 def _breaks_the_contract(run_dir: Path) -> bool:

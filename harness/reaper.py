@@ -154,7 +154,8 @@ def _start_agent(client: Any, run_id: str, run_dir: Path | None) -> Any:
     except docker.errors.APIError as e:
         if len(mounts) == 1:
             raise
-        log.warning("the reaper cannot mount %s (%s): a killed run's catalog is left", run_dir, e)
+        why = "a killed run's catalog log is left to `clean`"
+        log.warning("the reaper cannot mount %s (%s): %s", run_dir, e, why)
         with contextlib.suppress(docker.errors.APIError):  # a name a failed start took
             client.containers.get(f"schemachaos-{run_id}-reaper").remove(force=True)
         return run(args[:3], [socket_mount])

@@ -19,6 +19,7 @@ HISTORY_PARQUET = "history.parquet"  # the checker's Parquet copy (a directory),
 REPORT = "report.html"  # the human report of RESULTS
 NODES = "nodes"  # nodes/<name>/: the logs each node left
 CONTROLLER_LOG = "controller.log"  # the harness's own log
+REAPER_LOG = "reaper.log"  # what the run's reaper did after its controller died
 TMP = ".tmp"  # a temp area (ssh keys, local node data) removed at teardown
 
 RUN_MARKERS = (RUN_JSON, HISTORY)  # a directory with neither is not a run

@@ -214,19 +214,19 @@ def _execute(
         backend, why = resolve_backend(opts.backend)
     except ProvisionError as e:
         raise BadInput(str(e)) from e
-    print(f"schemachaos: {why}", file=sys.stderr)
     # absolute: local nodes run in their own directory under the store, and cd there first
     opts = replace(opts, backend=backend.name, store=opts.store.resolve())
     unavailable = backend.unavailable_kinds()
+    if unavailable and default_nemesis:
+        opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
+    _validate(opts)  # bad input is its one line alone: the notes below only for a run
+    print(f"schemachaos: {why}", file=sys.stderr)
     if unavailable:
         print(
             f"schemachaos: the {backend.name} backend cannot inject "
             f"{', '.join(sorted(unavailable))} here (not root: iptables/tc)",
             file=sys.stderr,
         )
-        if default_nemesis:
-            opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
-    _validate(opts)
     if not show_progress and not verbose:
         outcome = run_test(opts)
     else:
@@ -387,13 +387,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     """A directory that is not a run (neither run.json nor history.jsonl) is bad input and is
     left untouched; a run with a broken or partial history still gets its UNKNOWN page."""
     run_dir = _run_dir(args.run_dir)
-    from reports.render import UnusableResults, render_report  # matplotlib: only when rendering
+    from reports.render import ReportNotWritten, UnreadableRun, UnusableResults, render_report
     from reports.rundata import NotARunDirectory
 
-    try:
-        print(render_report(run_dir))
-    except (NotARunDirectory, UnusableResults) as e:
+    try:  # matplotlib loads only here, when rendering
+        print(render_report(run_dir, args.out))
+    except (NotARunDirectory, UnusableResults, UnreadableRun) as e:
         raise BadInput(f"RUN_DIR: {e}") from e
+    except ReportNotWritten as e:
+        raise BadInput(f"{'--out' if args.out else 'RUN_DIR'}: {e}") from e
     return 0
 
 
@@ -428,13 +430,15 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from harness.cluster import clean
+    from harness.cluster import clean, collect_dead_catalogs
 
     if args.nodes_file is not None:
         try:
             load_nodes_file(args.nodes_file)
         except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
+    for note in collect_dead_catalogs(args.store, args.run_id):  # before the nodes go
+        print(note)
     removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
     for item in removed:
         print(f"removed {item}")

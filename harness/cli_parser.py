@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="render report.html, junit.xml and plots of a run")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="write the pages here instead (a read-only or archived run directory)",
+    )  # fmt: skip
 
     repro = sub.add_parser("repro", help="run again with a stored run's seed and options")
     repro.add_argument("run_dir", type=Path, metavar="RUN_DIR")

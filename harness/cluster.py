@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+from contract.rundir import CATALOG
 from harness.cluster_spec import (
     REMOTE_IPTABLES_CLEAN,
     SSH_ROOT,
@@ -123,26 +124,65 @@ def remove_iptables_rules(
     return removed
 
 
+def recorded_run(store: Path | None, run_id: str) -> tuple[Path, dict] | None:
+    """The run directory of the store (store/<test>/<run>/) whose run.json names `run_id`,
+    and that run.json; None when the store holds no such run (or it cannot be read)."""
+    if store is None or not store.is_dir():
+        return None
+    for path in sorted(store.glob("*/*/run.json")):
+        if not path.is_file():
+            continue  # a FIFO would block the read forever: not a run.json anyway
+        try:
+            run = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a run directory that cannot be read names no run
+        if isinstance(run, dict) and run.get("run_id") == run_id:
+            return path.parent, run
+    return None
+
+
 def recorded_addresses(store: Path | None, run_id: str) -> list[str]:
     """The host addresses of a local run's nodes, from its run.json in the store (none for a
     run of another backend, or one the store does not hold): what host rules of that run
-    without a run comment name. Any run directory of the store: store/<test>/<run>/."""
+    without a run comment name."""
     from harness.remote_local import local_address
 
-    if store is None or not store.is_dir():
+    found = recorded_run(store, run_id)
+    if found is None or found[1].get("backend") != "local":
         return []
-    for path in sorted(store.glob("*/*/run.json")):
+    run = found[1]
+    try:
+        base = str((run.get("options") or {}).get("local_base", "127.0.0.10"))
+        return [local_address(i, base) for i in range(1, len(run.get("nodes") or []) + 1)]
+    except (ValueError, TypeError, AttributeError):
+        return []  # a run.json that breaks the contract names no addresses
+
+
+def collect_dead_catalogs(store: Path | None, run_id: str | None = None) -> list[str]:
+    """`clean` first, while a dead run's nodes still answer: its catalog log, collected into
+    its run directory as its reaper would have (harness.reaper_agent), for each run (or the
+    one named) whose node containers still run and whose directory in the store has none.
+    One line per run saying what came of it; none without a Docker engine."""
+    from harness.reaper import salvage_with_sdk
+    from harness.remote_docker import RUN_LABEL, DockerUnavailable, docker_client
+
+    try:
+        client = docker_client(timeout=10)
+    except DockerUnavailable:
+        return []
+    label = RUN_LABEL if run_id is None else f"{RUN_LABEL}={check_run_id(run_id)}"
+    nodes = client.containers.list(filters={"label": label})  # running ones: they can answer
+    running = {c.labels.get(RUN_LABEL, "") for c in nodes}
+    notes: list[str] = []
+    for rid in sorted(r for r in running if r):
+        found = recorded_run(store, rid)
+        if found is None or (found[0] / CATALOG).exists():
+            continue
         try:
-            run = json.loads(path.read_text())
-            if not isinstance(run, dict) or run.get("run_id") != run_id:
-                continue
-            if run.get("backend") != "local":
-                return []
-            base = str((run.get("options") or {}).get("local_base", "127.0.0.10"))
-            return [local_address(i, base) for i in range(1, len(run.get("nodes") or []) + 1)]
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue  # a run directory that cannot be read names no addresses
-    return []
+            notes.append(f"run {rid}: {salvage_with_sdk(client, rid, found[0])}")
+        except Exception as e:  # the clean goes on: removing the run matters more
+            notes.append(f"run {rid}: {CATALOG}: not collected ({type(e).__name__}: {e})")
+    return notes
 
 
 def _other_leases(remote: Remote, run_id: str) -> list[str]:

@@ -2,10 +2,13 @@
 
 Docker: one small reaper container (testcontainers' Ryuk; its program is reaper_agent.py)
 holds a TCP connection from the controller and removes the run's labelled containers and
-network when that connection drops. Local: a detached watchdog process (harness/watchdog.py)
-holds a pipe from the controller and kills the run's tagged processes on EOF. The kernel closes
-the controller's end on any death, so neither needs the controller to cooperate. A clean
-teardown removes everything itself first, then says `bye` and waits for the guard to go.
+network when that connection drops; if it dropped without a `bye` (the controller died), it
+first collects the catalog log from the nodes into the run directory, so that the history
+prefix is still judged (`clean` does the same when the reaper died too: `salvage_with_sdk`).
+Local: a detached watchdog process (harness/watchdog.py) holds a pipe from the controller
+and kills the run's tagged processes on EOF. The kernel closes the controller's end on any
+death, so neither needs the controller to cooperate. A clean teardown removes everything
+itself first, then says `bye` and waits for the guard to go.
 SSH: a watchdog per host (lease_agent.py) that sweeps when the controller stops renewing its
 lease (a file the controller touches every LEASE_RENEW_S over the Remote).
 """
@@ -26,13 +29,17 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.cluster_spec import ProvisionError, check_run_id
+from contract.rundir import CATALOG, REAPER_LOG, TMP
+from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, ProvisionError, check_run_id
+from harness.reaper_agent import SalvagePlan, salvage_catalog
 from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_SOURCE = Path(__file__).with_name("reaper_agent.py")
+NODE_CATALOG_SOURCE = Path(__file__).with_name("node_catalog.py")  # run in a node's container
+RUN_DIR_MOUNT = "/schemachaos-run"  # where the reaper sees the run directory
 REAPER_LABEL = "schemachaos.reaper"  # not schemachaos.run: the run's own teardown spares it
 AGENT_PORT = 7777
 CONNECT_TIMEOUT_S = 60.0  # the agent reaps anyway if no controller connects in this time
@@ -67,27 +74,16 @@ class DockerReaper:
         self._sock = sock
 
     @classmethod
-    def start(cls, run_id: str) -> DockerReaper:
-        """Start the reaper container and connect to it; ProvisionError if it cannot be held."""
-        from harness.images import ensure_images
-        from harness.remote_docker import LABEL, DockerUnavailable, docker_client
+    def start(cls, run_id: str, work_dir: Path | None = None) -> DockerReaper:
+        """Start the reaper container and connect to it; ProvisionError if it cannot be held.
+        Given the run's temp area, it also gets the run directory (its parent), where it
+        collects the catalog log if the controller dies."""
+        from harness.remote_docker import DockerUnavailable, docker_client
 
+        run_dir = work_dir.parent if work_dir is not None and work_dir.name == TMP else None
         try:
             client = docker_client()
-            # always the schemasync node image, whatever the target runs: it has python3 (the
-            # postgres image does not); its layer builds from the base in seconds
-            image = ensure_images(client).node
-            container = client.containers.run(
-                image,
-                entrypoint=["python3", "-c", AGENT_SOURCE.read_text()],
-                command=[run_id, str(AGENT_PORT), str(CONNECT_TIMEOUT_S)],
-                name=f"schemachaos-{run_id}-reaper",
-                labels={LABEL: "1", REAPER_LABEL: run_id},
-                volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
-                ports={f"{AGENT_PORT}/tcp": ("127.0.0.1", None)},
-                auto_remove=True,
-                detach=True,
-            )
+            container = _start_agent(client, run_id, run_dir)
         except DockerUnavailable as e:
             raise ProvisionError(str(e)) from e
         try:
@@ -119,6 +115,77 @@ class DockerReaper:
                 self._container.remove(force=True)
         finally:
             self._client.close()
+
+
+def _start_agent(client: Any, run_id: str, run_dir: Path | None) -> Any:
+    """The reaper container, with the run directory bind-mounted for the catalog log when
+    the engine can mount it (an engine on another host cannot: then it only reaps)."""
+    import docker.errors
+    from docker.types import Mount
+
+    from harness.images import ensure_images
+    from harness.remote_docker import LABEL
+
+    # always the schemasync node image, whatever the target runs: it has python3 (the postgres
+    # image does not); its layer builds from the base in seconds
+    image = ensure_images(client).node
+    socket_mount = Mount("/var/run/docker.sock", "/var/run/docker.sock", type="bind")
+    args = [run_id, str(AGENT_PORT), str(CONNECT_TIMEOUT_S)]
+    mounts = [socket_mount]
+    if run_dir is not None:  # a bind Mount (not a volume spec) is refused, never made up
+        args.append(salvage_plan(RUN_DIR_MOUNT).to_arg())
+        mounts.append(Mount(RUN_DIR_MOUNT, str(run_dir), type="bind"))
+
+    def run(args: list[str], mounts: list[Any]) -> Any:
+        return client.containers.run(
+            image,
+            entrypoint=["python3", "-c", AGENT_SOURCE.read_text()],
+            command=args,
+            name=f"schemachaos-{run_id}-reaper",
+            labels={LABEL: "1", REAPER_LABEL: run_id},
+            mounts=mounts,
+            ports={f"{AGENT_PORT}/tcp": ("127.0.0.1", None)},
+            auto_remove=True,
+            detach=True,
+        )
+
+    try:
+        return run(args, mounts)
+    except docker.errors.APIError as e:
+        if len(mounts) == 1:
+            raise
+        why = "a killed run's catalog log is left to `clean`"
+        log.warning("the reaper cannot mount %s (%s): %s", run_dir, e, why)
+        with contextlib.suppress(docker.errors.APIError):  # a name a failed start took
+            client.containers.get(f"schemachaos-{run_id}-reaper").remove(force=True)
+        return run(args[:3], [socket_mount])
+
+
+def salvage_plan(run_dir: str) -> SalvagePlan:
+    """How a dead run's catalog log is collected into `run_dir` (as the collector sees it):
+    the nemeses' iptables rules undone in each node's container, then each node asked."""
+    return SalvagePlan(
+        run_dir=run_dir,
+        catalog=CATALOG,
+        log=REAPER_LOG,
+        heal=REMOTE_IPTABLES_CLEAN,
+        dump=NODE_CATALOG_SOURCE.read_text(),
+    )
+
+
+def salvage_with_sdk(client: Any, run_id: str, run_dir: Path) -> str:
+    """For `clean` of a run whose controller and reaper both died: the reaper's collection,
+    run from here through the Docker SDK; one line saying what came of it."""
+    from harness.remote_docker import RUN_LABEL
+
+    running = client.containers.list(filters={"label": f"{RUN_LABEL}={check_run_id(run_id)}"})
+    containers = {c.id: c.name for c in running}
+
+    def exec_in(cid: str, argv: list[str]) -> tuple[int, bytes, bytes]:
+        code, (out, err) = client.containers.get(cid).exec_run(argv, demux=True)
+        return int(code if code is not None else -1), out or b"", err or b""
+
+    return salvage_catalog(exec_in, containers, salvage_plan(str(run_dir)))
 
 
 def _connect_agent(container: Any, run_id: str) -> socket.socket:

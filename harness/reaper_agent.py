@@ -6,17 +6,33 @@ network labelled with the run's id through the bind-mounted Docker socket, then 
 the engine removes the reaper itself (auto-remove). It is shipped as `python3 -c <this file>`
 into the node image, so it may import nothing but the standard library.
 
-Usage: python3 -c SOURCE RUN_ID PORT CONNECT_TIMEOUT_S
+A controller that died (no `bye`) never wrote the run's catalog log, so a later `analyze` could
+not judge the history prefix it left. Given a salvage plan, the reaper first collects that log
+from the nodes still running (`salvage_catalog`: the nemeses' rules undone, then each node's
+own answer, the longest kept once it stops growing) into the run directory, bind-mounted. The
+same collection serves `schemachaos clean` when the reaper died too (harness.reaper).
+
+Usage: python3 -c SOURCE RUN_ID PORT CONNECT_TIMEOUT_S [SALVAGE_PLAN_BASE64_JSON]
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import http.client
 import json
+import os
 import re
 import socket
+import struct
 import sys
+import time
 import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 RUN_LABEL = "schemachaos.run"
@@ -38,14 +54,24 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def docker_api(method: str, path: str) -> tuple[int, bytes]:
+def docker_api(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    """One Engine API call; a streamed answer (an exec's output) is read until the engine
+    closes it."""
     conn = UnixHTTPConnection(DOCKER_SOCKET)
     try:
-        conn.request(method, path)
+        if body is None:
+            conn.request(method, path)
+        else:
+            data = json.dumps(body).encode()
+            conn.request(method, path, data, {"Content-Type": "application/json"})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
         conn.close()
+
+
+def _label_query(run_id: str) -> str:
+    return urllib.parse.quote(json.dumps({"label": [f"{RUN_LABEL}={run_id}"]}))
 
 
 def reap(run_id: str) -> list[str]:
@@ -53,7 +79,7 @@ def reap(run_id: str) -> list[str]:
     run label is exactly `run_id` (Docker's `key=value` filter is an exact match)."""
     if not RUN_ID.fullmatch(run_id):
         raise ValueError(f"not a run id: {run_id!r}")
-    query = urllib.parse.quote(json.dumps({"label": [f"{RUN_LABEL}={run_id}"]}))
+    query = _label_query(run_id)
     removed: list[str] = []
     status, body = docker_api("GET", f"/containers/json?all=1&filters={query}")
     for container in json.loads(body) if status == 200 else []:
@@ -66,6 +92,140 @@ def reap(run_id: str) -> list[str]:
         if status in (204, 404):
             removed.append("network " + str(network.get("Name")))
     return removed
+
+
+# -- the catalog log of a run whose controller died ------------------------------------------
+
+# The reap waits about this long at most for the nodes' catalog logs (a read begun before it
+# ends runs to its end, bounded by node_catalog.ANSWER_TIMEOUT_S): the run is still reaped
+# within 15 s of its controller's death (tests/test_harness_reaper.py).
+SALVAGE_S = 6.0
+SETTLE_S = 1.0  # between two reads: a healed node catches up with its leader within it
+# (exit code, stdout, stderr) of argv run in one container of the run
+ExecIn = Callable[[str, list[str]], tuple[int, bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class SalvagePlan:
+    """What the controller gave the reaper to collect a catalog log with: the run directory
+    (as the collector sees it), the file names, a shell command that undoes the nemeses' rules
+    in a node's container, and the Python source that prints a node's catalog log there."""
+
+    run_dir: str
+    catalog: str
+    log: str
+    heal: str
+    dump: str
+
+    def to_arg(self) -> str:
+        return base64.b64encode(json.dumps(self.__dict__).encode()).decode()
+
+    @staticmethod
+    def from_arg(arg: str) -> SalvagePlan:
+        return SalvagePlan(**json.loads(base64.b64decode(arg)))
+
+
+def on_each(
+    exec_in: ExecIn, containers: dict[str, str], argv: list[str]
+) -> list[tuple[int, bytes, bytes]]:
+    """argv run in every container at once (the reap waits for the slowest, not the sum)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(containers)))) as pool:
+        return list(pool.map(lambda cid: exec_in(cid, argv), containers))
+
+
+def read_catalogs(
+    exec_in: ExecIn, containers: dict[str, str], dump: str
+) -> tuple[list[dict[str, Any]], str, list[str]]:
+    """(the longest catalog log a node answered, that node, why each other answered none).
+    Every node's log is a prefix of the one Meta Storage committed; the longest misses least."""
+    best: list[dict[str, Any]] = []
+    source = ""
+    failures: list[str] = []
+    answers = on_each(exec_in, containers, ["python3", "-c", dump])
+    for name, (code, out, err) in zip(containers.values(), answers, strict=True):
+        try:
+            entries = json.loads(out) if code == 0 else None
+        except ValueError:
+            entries = None
+        if not isinstance(entries, list):
+            why = (err.decode(errors="replace").strip().splitlines() or [f"exit {code}"])[-1]
+            failures.append(f"{name}: {why[:200]}")
+        elif len(entries) > len(best) or not source:
+            best, source = entries, name
+    return best, source, failures
+
+
+def salvage_catalog(exec_in: ExecIn, containers: dict[str, str], plan: SalvagePlan) -> str:
+    """Write the run's catalog log (its file in plan.run_dir, unless the run wrote one) from
+    its running node containers (id -> name); one line saying what came of it. The log is
+    read until two reads a moment apart agree, so a node still catching up is waited for."""
+    out_dir = Path(plan.run_dir)
+    if (out_dir / plan.catalog).exists():
+        return f"{plan.catalog}: the run wrote it"
+    if not containers:
+        return f"{plan.catalog}: not collected (no node container is running)"
+    on_each(exec_in, containers, ["sh", "-c", plan.heal])  # a rule left in force: a lag
+    deadline = time.monotonic() + SALVAGE_S
+    entries, source, failures = read_catalogs(exec_in, containers, plan.dump)
+    while time.monotonic() + SETTLE_S < deadline:
+        time.sleep(SETTLE_S)
+        again, again_source, failures = read_catalogs(exec_in, containers, plan.dump)
+        settled = bool(source) and len(again) == len(entries)
+        if len(again) > len(entries) or not source:
+            entries, source = again, again_source
+        if settled:
+            break
+    if not source:
+        return f"{plan.catalog}: not collected (no node answered: {'; '.join(failures)})"
+    lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries)
+    write_owned(out_dir, plan.catalog, lines)
+    return f"{plan.catalog}: {len(entries)} versions, from {source}"
+
+
+def write_owned(out_dir: Path, name: str, text: str, append: bool = False) -> None:
+    """Write (or append to) a file of the run directory as its owner would: whole or not at
+    all (a temporary file, fsynced, renamed), and owned by the directory's owner, not by the
+    reaper's root."""
+    path = out_dir / name
+    tmp = out_dir / f".{name}.reaper"
+    before = path.read_text() if append and path.exists() else ""
+    with open(tmp, "w") as f:
+        f.write(before + text)
+        f.flush()
+        os.fsync(f.fileno())
+    owner = os.stat(out_dir)
+    with contextlib.suppress(PermissionError):  # not root (clean as a user): it is theirs
+        os.chown(tmp, owner.st_uid, owner.st_gid)
+    os.replace(tmp, path)
+
+
+def exec_in_container(cid: str, argv: list[str]) -> tuple[int, bytes, bytes]:
+    """argv run in container `cid` through the Engine API (docker exec), its output demuxed."""
+    status, body = docker_api(
+        "POST", f"/containers/{cid}/exec", {"Cmd": argv, "AttachStdout": True, "AttachStderr": True}
+    )
+    if status != 201:
+        return -1, b"", body
+    exec_id = json.loads(body)["Id"]
+    status, raw = docker_api("POST", f"/exec/{exec_id}/start", {"Detach": False, "Tty": False})
+    if status != 200:
+        return -1, b"", raw
+    streams = {1: bytearray(), 2: bytearray()}
+    at = 0
+    while at + 8 <= len(raw):  # frames: stream (1 byte), 3 zero bytes, size (4 bytes, BE)
+        kind, size = struct.unpack(">BxxxI", raw[at : at + 8])
+        streams.setdefault(kind, bytearray()).extend(raw[at + 8 : at + 8 + size])
+        at += 8 + size
+    status, info = docker_api("GET", f"/exec/{exec_id}/json")
+    code = json.loads(info).get("ExitCode") if status == 200 else None
+    return (code if isinstance(code, int) else -1), bytes(streams[1]), bytes(streams[2])
+
+
+def running_nodes(run_id: str) -> dict[str, str]:
+    """The run's running containers, id -> name (the reaper carries no run label)."""
+    status, body = docker_api("GET", f"/containers/json?filters={_label_query(run_id)}")
+    containers = json.loads(body) if status == 200 else []
+    return {c["Id"]: ",".join(n.lstrip("/") for n in c.get("Names", [])) for c in containers}
 
 
 def hold(run_id: str, port: int, connect_timeout_s: float) -> str:
@@ -96,12 +256,23 @@ def hold(run_id: str, port: int, connect_timeout_s: float) -> str:
 
 def main(argv: list[str]) -> int:
     run_id, port, connect_timeout_s = argv[0], int(argv[1]), float(argv[2])
+    plan = SalvagePlan.from_arg(argv[3]) if len(argv) > 3 else None
     if not RUN_ID.fullmatch(run_id):
         print(f"reaper: not a run id: {run_id!r}", file=sys.stderr, flush=True)
         return 2
     why = hold(run_id, port, connect_timeout_s)
+    salvaged = ""
+    if plan is not None and why not in ("bye", "no controller connected"):
+        try:  # the controller died: what it would have collected at the end, if the nodes can
+            salvaged = "; " + salvage_catalog(exec_in_container, running_nodes(run_id), plan)
+        except Exception as e:  # the reap must happen whatever the collection met
+            salvaged = f"; {plan.catalog}: not collected ({type(e).__name__}: {e})"
     removed = reap(run_id)
-    print(f"reaper {run_id}: {why}; removed {len(removed)}: {', '.join(removed)}", flush=True)
+    note = f"reaper {run_id}: {why}{salvaged}; removed {len(removed)}: {', '.join(removed)}"
+    print(note, flush=True)
+    if plan is not None and why != "bye":
+        with contextlib.suppress(OSError):  # the one trace a dead run's reap leaves
+            write_owned(Path(plan.run_dir), plan.log, note + "\n", append=True)
     return 0
 
 

@@ -105,13 +105,14 @@ def _anomalies(results: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _plots(plots: Sequence[PlotFile], run_dir: Path) -> list[dict[str, str]]:
+def _plots(plots: Sequence[PlotFile], page_dir: Path) -> list[dict[str, str]]:
+    """Each plot, linked relative to the page (which may be written outside the run)."""
     return [
         {
             "name": p.name,
             "title": p.title,
-            "svg": p.svg.relative_to(run_dir).as_posix(),
-            "png": p.png.relative_to(run_dir).as_posix(),
+            "svg": p.svg.relative_to(page_dir).as_posix(),
+            "png": p.png.relative_to(page_dir).as_posix(),
             "data": base64.b64encode(p.png.read_bytes()).decode("ascii"),
         }
         for p in plots
@@ -249,8 +250,10 @@ def build_report_html(
     max_ops: int = MAX_EMBEDDED_OPS,
     pictures: Sequence[AnomalyPicture] | None = None,
     timeline_href: str = "timeline.html",
+    page_dir: Path | None = None,
 ) -> str:
-    """The page; `pictures` are the anomalies' SVGs (drawn here when not given)."""
+    """The page; `pictures` are the anomalies' SVGs (drawn here when not given); `page_dir`
+    is where it is written (the run directory unless `report --out` names another)."""
     results = data.results or {}
     run = data.run
     banner = banner_of(data.results, expect_of(run))
@@ -276,7 +279,7 @@ def build_report_html(
         anomalies=_anomalies(data.results),
         more_anomalies=max(0, len(anomalies) - MAX_ANOMALY_ROWS),
         not_applicable=[str(c) for c in results.get("not_applicable") or []],
-        plots=_plots(plots, data.run_dir),
+        plots=_plots(plots, data.run_dir if page_dir is None else page_dir),
         windows=data.windows,
         nemesis_events=data.nemesis_events[:MAX_NEMESIS_ROWS],
         planned=run.get("nemesis"),

@@ -1,5 +1,7 @@
 """Crashes of the controller: Ctrl-C in the middle of `schemachaos run` tears everything down and
-leaves a readable history prefix; after a SIGKILL, `schemachaos clean` removes what was left."""
+leaves a readable history prefix; after a SIGKILL, `schemachaos clean` removes what was left
+(on docker, collecting the catalog log first). A SIGKILLed docker run's reaper collecting it is
+tests/test_killed_run_judged.py."""
 
 from __future__ import annotations
 
@@ -158,6 +160,9 @@ def test_clean_after_sigkill_removes_what_the_run_left(
     assert "removed" in clean.stdout
     if backend == "docker":
         assert _docker_leftovers(run_id) == []
+        # the nodes were still there: clean collected the catalog log the reaper would have
+        assert f"run {run_id}: catalog.jsonl: " in clean.stdout, clean.stdout
+        assert (run_dir / "catalog.jsonl").read_text()
     deadline = time.monotonic() + 10
     while tagged_processes(run_id) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -254,6 +254,10 @@ def test_no_command_line_crashes_or_hangs_validation(
         ["--time-limit", "inf", "--backend", "sim"],
         ["--backend", "sim", "--nodes", "3", "--voters", "5"],
         ["--backend", "sim", "--test-name", "latest"],
+        # refused after the backend is resolved: its note ("backend sim (asked for)") was a
+        # second line before the refusal
+        ["--backend", "sim", "--toggle", "bogus"],
+        ["--backend", "sim", "--target", "bogus"],
     ],
 )
 def test_the_command_refuses_with_254_in_one_line_before_starting(

@@ -29,7 +29,9 @@ NO_DAC = ["-dac_override,-dac_read_search"]
 DROP_DAC = ["setpriv", "--inh-caps", *NO_DAC, "--bounding-set", *NO_DAC]
 
 
-def schemachaos(*argv: str, module: str = "harness.cli") -> subprocess.CompletedProcess[str]:
+def schemachaos(
+    *argv: str, module: str = "harness.cli", timeout_s: float = 900
+) -> subprocess.CompletedProcess[str]:
     """The command as a user without root's file-mode override meets it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
@@ -37,7 +39,7 @@ def schemachaos(*argv: str, module: str = "harness.cli") -> subprocess.Completed
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout_s,
         env=env,
     )
 
@@ -101,6 +103,7 @@ class Case:
     code: int
     reason: str  # in the one line that says why; it names the file
     stream: str = "stderr"  # 254: stderr's last line; a verdict: stdout's error line
+    timeout_s: float = 900  # a FIFO's case: a read that blocks is a hang, found in seconds
 
 
 def _unreadable_history(tmp: Path, stack: ExitStack) -> list[str]:
@@ -175,6 +178,70 @@ def _run_json_nemesis_all(tmp: Path, stack: ExitStack) -> list[str]:
     return ["repro", "--backend", "sim", "--store", str(tmp / "store"), str(run)]
 
 
+def _report_of_read_only_run(tmp: Path, stack: ExitStack) -> list[str]:
+    """No results.json either: refused before the analysis, whose verdict would go nowhere."""
+    run = run_dir(tmp / "run")
+    return ["report", str(stack.enter_context(read_only_mount(run)))]
+
+
+def _report_out_read_only(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    (tmp / "shelf").mkdir()
+    shelf = stack.enter_context(read_only_mount(tmp / "shelf"))
+    return ["report", str(run), "--out", str(shelf / "pages")]
+
+
+def _report_out_a_file(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    (tmp / "pages").write_text("")
+    return ["report", str(run), "--out", str(tmp / "pages")]
+
+
+def _reported(tmp: Path) -> Path:
+    """A run with a verdict, so that `report` reads the run's files without analysing."""
+    run = run_dir(tmp / "run")
+    (run / "results.json").write_text(json.dumps({"valid": False, "anomalies": [], "errors": []}))
+    return run
+
+
+def _report_results_a_fifo(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    os.mkfifo(run / "results.json")
+    return ["report", str(run)]
+
+
+def _report_run_json_a_fifo(tmp: Path, stack: ExitStack) -> list[str]:
+    run = _reported(tmp)
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    return ["report", str(run)]
+
+
+def _report_unreadable_history(tmp: Path, stack: ExitStack) -> list[str]:
+    run = _reported(tmp)
+    stack.enter_context(mode(run / "history.jsonl", 0))
+    return ["report", str(run)]
+
+
+def _report_catalog_a_directory(tmp: Path, stack: ExitStack) -> list[str]:
+    run = _reported(tmp)
+    (run / "catalog.jsonl").unlink()
+    (run / "catalog.jsonl").mkdir()
+    return ["report", str(run)]
+
+
+def _report_anomalies_a_string(tmp: Path, stack: ExitStack) -> list[str]:
+    run = run_dir(tmp / "run")
+    (run / "results.json").write_text(json.dumps({"valid": True, "anomalies": "x"}))
+    return ["report", str(run)]
+
+
+def _scenario_a_fifo(tmp: Path, stack: ExitStack) -> list[str]:
+    os.mkfifo(tmp / "scenario.toml")
+    argv = ["run", "--backend", "sim", "--scenario", str(tmp / "scenario.toml")]
+    return [*argv, "--no-progress", "--store", str(tmp / "store")]
+
+
 def _read_only_store(tmp: Path, stack: ExitStack) -> list[str]:
     (tmp / "store").mkdir()
     store = stack.enter_context(read_only_mount(tmp / "store"))
@@ -200,6 +267,26 @@ CASES = [
          "results.json: not JSON (line 1: Expecting value)"),
     Case("report-results-a-list", _results_a_list, 254,
          "results.json: not a JSON object (a list)"),
+    Case("report-read-only-run", _report_of_read_only_run, 254,
+         "RUN_DIR: {tmp}/run-ro: the report cannot be written there (Read-only file system);"
+         " name another directory with --out"),
+    Case("report-out-read-only", _report_out_read_only, 254,
+         "--out: {tmp}/shelf-ro/pages: the report cannot be written there (Read-only file"
+         " system); name another directory with --out"),
+    Case("report-out-a-file", _report_out_a_file, 254,
+         "--out: {tmp}/pages: not a directory; name another directory with --out"),
+    Case("report-results-a-fifo", _report_results_a_fifo, 254,
+         "RUN_DIR: {tmp}/run/results.json: not a regular file", timeout_s=60),
+    Case("report-run-json-a-fifo", _report_run_json_a_fifo, 254,
+         "RUN_DIR: {tmp}/run/run.json: not a regular file", timeout_s=60),
+    Case("report-unreadable-history", _report_unreadable_history, 254,
+         "RUN_DIR: {tmp}/run/history.jsonl: cannot be read (Permission denied)"),
+    Case("report-catalog-a-directory", _report_catalog_a_directory, 254,
+         "RUN_DIR: {tmp}/run/catalog.jsonl: a directory, where the run's catalog.jsonl is due"),
+    Case("report-anomalies-a-string", _report_anomalies_a_string, 254,
+         "results.json: anomalies: a string where a list is due"),
+    Case("scenario-a-fifo", _scenario_a_fifo, 254,
+         "--scenario: {tmp}/scenario.toml: not a regular file", timeout_s=60),
     Case("repro-run-json-a-list", _run_json_a_list, 254,
          "run.json: not a JSON object but a list"),
     Case("repro-nemesis-all", _run_json_nemesis_all, 254,
@@ -214,17 +301,17 @@ def test_file_system_fault(case: Case, tmp_path: Path) -> None:
     with ExitStack() as stack:
         argv = case.setup(tmp_path, stack)
         module = "checker" if case.id.endswith("-checker") else "harness.cli"
-        proc = schemachaos(*argv, module=module)
+        proc = schemachaos(*argv, module=module, timeout_s=case.timeout_s)
     out = proc.stdout + proc.stderr
     assert proc.returncode == case.code, out
     assert "Traceback" not in out, out
     if case.stream == "stderr":
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1, out  # one line, and it says why
-        assert case.reason in lines[0], out
+        assert case.reason.format(tmp=tmp_path) in lines[0], out
     else:
         errors = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("error: ")]
-        assert any(case.reason in ln for ln in errors), out
+        assert any(case.reason.format(tmp=tmp_path) in ln for ln in errors), out
 
 
 def test_immutable_results_stay_unanalysed(tmp_path: Path) -> None:
@@ -236,6 +323,37 @@ def test_immutable_results_stay_unanalysed(tmp_path: Path) -> None:
     assert proc.returncode == 254, proc.stderr
     assert "nothing analysed" in proc.stderr
     assert not (run / "history.parquet").exists()
+
+
+def test_clean_passes_over_a_run_json_that_is_a_fifo(tmp_path: Path) -> None:
+    """`clean --run-id` looks for the run's directory among the store's run.json files; a
+    FIFO among them blocked its read forever."""
+    (tmp_path / "store" / "t" / "run").mkdir(parents=True)
+    os.mkfifo(tmp_path / "store" / "t" / "run" / "run.json")
+    proc = schemachaos(
+        "clean", "--store", str(tmp_path / "store"), "--run-id", "no-such-run", timeout_s=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "clean: 0 item(s) removed", proc.stdout
+
+
+def test_report_of_a_read_only_run_goes_where_out_says(tmp_path: Path) -> None:
+    """`report --out` renders a run it cannot write into elsewhere: the pages, their plots
+    linked beside them, and the verdict the page links to; the run is left as it was."""
+    run = run_dir(tmp_path / "run")
+    verdict = {"valid": False, "anomalies": [], "errors": [], "not_applicable": [], "stats": {}}
+    (run / "results.json").write_text(json.dumps(verdict))
+    before = sorted(p.name for p in run.iterdir())
+    with read_only_mount(run) as mounted:
+        proc = schemachaos("report", str(mounted), "--out", str(tmp_path / "pages"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pages = tmp_path / "pages"
+    assert proc.stdout.strip() == str(pages / "report.html")
+    assert json.loads((pages / "results.json").read_text()) == verdict
+    page = (pages / "report.html").read_text()
+    assert 'href="plots/' in page and str(tmp_path / "pages") not in page  # relative links
+    assert {"timeline.html", "junit.xml", "plots", "anomalies"} <= {p.name for p in pages.iterdir()}
+    assert sorted(p.name for p in run.iterdir()) == before
 
 
 @pytest.mark.spark

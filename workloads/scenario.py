@@ -171,6 +171,9 @@ _TARGET_FIELD = {"name": "target"}
 def load_scenario(path: Path) -> Scenario:
     """Read and check a scenario file; raises ConfigError naming the file and the key."""
     where = str(path)
+    if Path(path).exists() and not (Path(path).is_file() or Path(path).is_dir()):
+        # a FIFO (or a device) would block the read below forever
+        raise ConfigError(WHOLE_FILE, "not a regular file", file=where)
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -51,7 +51,7 @@ class DockerBackend(HostBackend):
         return target.docker_image() if isinstance(target, DockerImageProvider) else None
 
     def guard(self, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
-        return DockerReaper.start(run_id)
+        return DockerReaper.start(run_id, work_dir)  # the run directory: its catalog if killed
 
     def provision(
         self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import provision
+from harness.backends.host_surface import HostSurface
 from harness.cluster import ClusterSpec
 from nemesis.clock import reset_clocks, start_clock
 from nemesis.context import NemesisContext
@@ -108,7 +109,7 @@ def main() -> int:
                 target.setup(cluster, {})
                 target.start_all()
                 target.wait_ready(60)
-                ctx = NemesisContext(cluster=cluster, target=target, config={})
+                ctx = NemesisContext(cluster, target, HostSurface(cluster, target, run_id))
                 results: dict[str, dict[str, list[float]]] = {}
                 for name, (apply, heal) in cases(cluster.nodes).items():
                     results[name] = asyncio.run(

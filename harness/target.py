@@ -177,6 +177,21 @@ class DelayControl(Protocol):
 
 
 @runtime_checkable
+class Primaries(Protocol):
+    """A target whose nodes have a primary: who leads now, if anyone (Jepsen's `Primary`).
+
+    What leading means is the target's: schemasync's Meta Storage Raft leader; PostgreSQL's
+    primary, which every write goes to. The faults that target a leader ask this; a target
+    without it (Galera: every node takes writes) has none to target, and those faults are
+    recorded as not applicable."""
+
+    async def primaries(self, wait_s: float, /) -> list[str]:
+        """The nodes leading now; polled up to wait_s (0: one look) while none does (an
+        election), then empty."""
+        ...
+
+
+@runtime_checkable
 class AsyncReadiness(Protocol):
     """A target that waits for readiness on the run's event loop instead of a thread."""
 

@@ -2,8 +2,9 @@
 schedule.
 
 `build_schedule` makes the schedule (pure data for run.json); `run_schedule` plays it against
-a cluster through the harness's Remote and Target; `heal_all` undoes everything. Each kind is
-a `Nemesis` (nemesis.fault), named once in `nemesis.registry`.
+a cluster through the backend's fault surface (`contract.fault_surface`); `heal_all` undoes
+everything. Each kind is a `Nemesis` (nemesis.fault), written once against that surface and
+named once in `nemesis.registry`.
 """
 
 from nemesis.context import NemesisContext, NemesisState

@@ -1,73 +1,24 @@
-"""Per-node clock offsets through libfaketime, measured through each node's admin API.
+"""Per-node clock offsets, measured through each node's admin API.
 
-Each node process runs with LD_PRELOAD=libfaketime.so.1, FAKETIME_TIMESTAMP_FILE=<dir>/faketime,
-FAKETIME_NO_CACHE=1 and FAKETIME_DONT_FAKE_MONOTONIC=1: its wall clock is the real one plus the
-offset in that file, read on every call; its monotonic clock is untouched. The nemesis rewrites
-the file atomically (write then rename). Offsets are written in seconds with a sign (`+0.25`,
-`-0.4`): libfaketime reads a bare `250ms` as 250 *minutes*.
+The fault surface moves a node's wall clock (libfaketime's offset file on hosts, the simulated
+clock in sim), never its monotonic clock; this module decides the offsets, and measures each
+node's wall clock and HLC against the controller's before and after.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# faketime_env stays importable from here until every target imports harness.faketime
-from harness.faketime import faketime_env, offset_literal  # noqa: F401
-from nemesis.context import NemesisContext, failures, loop_time, run_on_each, statuses
+from nemesis.context import NemesisContext, elapsed_ms, loop_time, statuses
 from nemesis.fault import FaultPlan, choices, rounded
 
 CLOCK_MODES = ("skew", "skew-edge", "skew-beyond", "bump", "strobe")
 # what `clock` / `all` draws from unless `clock_modes` says otherwise: within CSmax, the only
 # skew the design promises to tolerate (skew-beyond is run only when asked for by name)
 DEFAULT_CLOCK_MODES = ("skew", "bump", "strobe")
-
-
-def write_offset_command(faketime_file: str, seconds: float) -> str:
-    """Atomically replace the faketime file: a reader sees the old offset or the new, never a
-    half-written file (which libfaketime would read as no offset)."""
-    path = shlex.quote(faketime_file)
-    tmp = shlex.quote(faketime_file + ".tmp")
-    return f"printf '%s\\n' {shlex.quote(offset_literal(seconds))} > {tmp} && mv -f {tmp} {path}"
-
-
-def strobe_command(
-    faketime_file: str, low: float, high: float, period_s: float, duration_s: float
-) -> str:
-    """Start, on the node, a loop that flips the offset between high and low every period for
-    the duration: node-side, so the period does not depend on the controller's round trip.
-    Its pid and flip count live next to the faketime file."""
-    f = faketime_file
-    # the count is written aside and renamed into place: a stop that lands between a plain
-    # `>`'s truncation and its write would read an empty count (seen under CI's load)
-    count = shlex.quote(f + ".strobe.count")
-    aside = shlex.quote(f + ".strobe.count.new")
-    flip = f"n=$((n + 1)); echo $n > {aside}; mv -f {aside} {count}"
-    body = (
-        f"end=$(( $(date +%s%N) + {round(duration_s * 1e9)} )); n=0; "
-        'while [ "$(date +%s%N)" -lt "$end" ]; do '
-        f"{write_offset_command(f, high)}; {flip}; sleep {period_s:.3f}; "
-        f"{write_offset_command(f, low)}; {flip}; sleep {period_s:.3f}; done"
-    )
-    return (
-        f"nohup bash -c {shlex.quote(body)} > /dev/null 2>&1 < /dev/null & "
-        f"echo $! > {shlex.quote(f + '.strobe.pid')}"
-    )
-
-
-def stop_strobe_command(faketime_file: str) -> str:
-    """Stop a strobe loop if one runs; print its flip count (nothing if there was none)."""
-    pid = shlex.quote(faketime_file + ".strobe.pid")
-    count = shlex.quote(faketime_file + ".strobe.count")
-    aside = shlex.quote(faketime_file + ".strobe.count.new")
-    return (
-        f"if [ -f {pid} ]; then kill $(cat {pid}) 2>/dev/null; cat {count} 2>/dev/null; fi; "
-        f"rm -f {pid} {count} {aside}"
-    )
 
 
 def measured_offsets(views: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -91,33 +42,20 @@ async def measure(
     return measured_offsets(await statuses(ctx, nodes))
 
 
-async def set_offsets(ctx: NemesisContext, offsets: Mapping[str, float]) -> dict[str, str]:
-    """Write each node's offset; the nodes whose write failed, with why."""
-    commands = {n: write_offset_command(ctx.faketime_file(n), s) for n, s in offsets.items()}
-    return failures(await run_on_each(ctx, commands))
-
-
 async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Measure, set the offsets of skew / skew-beyond / bump (or start strobe's loop), measure."""
+    """Measure, set the offsets of skew / skew-beyond / bump (or start strobe's flips), measure."""
     before = await measure(ctx)
     started = loop_time()
     if params["mode"] == "strobe":
         node = params["node"]
         low, high = (float(x) for x in params["offsets"])
         offsets = {node: high}
-        cmd = strobe_command(
-            ctx.faketime_file(node),
-            low,
-            high,
-            float(params["period_s"]),
-            float(params["duration_s"]),
-        )
-        errors = failures(await run_on_each(ctx, {node: cmd}))
-        await asyncio.sleep(0.02)  # the loop's first write lands before the reading below
+        period, duration = float(params["period_s"]), float(params["duration_s"])
+        errors = await ctx.surface.strobe_clock(node, low, high, period, duration)
     else:
         offsets = {n: float(s) for n, s in params["offsets"].items()}
-        errors = await set_offsets(ctx, offsets)
-    applied_ms = round((loop_time() - started) * 1000, 1)
+        errors = await ctx.surface.set_clocks(offsets)
+    applied_ms = elapsed_ms(started)
     out: dict[str, Any] = {
         "written": offsets,
         "before": before,
@@ -130,23 +68,12 @@ async def start_clock(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
 
 
 async def reset_clocks(ctx: NemesisContext, nodes: Sequence[str] | None = None) -> dict[str, Any]:
-    """Every node back to offset +0, measured before and after."""
+    """Every node back to offset +0 (a strobe stopped), measured before and after."""
     names = list(nodes) if nodes is not None else list(ctx.cluster.nodes)
     before = await measure(ctx, names)
     started = loop_time()
-    commands = {
-        n: f"{stop_strobe_command(ctx.faketime_file(n))}; "
-        f"{write_offset_command(ctx.faketime_file(n), 0.0)}"
-        for n in names
-    }
-    results = await run_on_each(ctx, commands)
-    healed_ms = round((loop_time() - started) * 1000, 1)
-    errors = failures(results)
-    flips = {
-        n: int(r.stdout.split()[-1])
-        for n, r in results.items()
-        if not isinstance(r, BaseException) and r.stdout.split()
-    }
+    flips, errors = await ctx.surface.reset_clocks(names)
+    healed_ms = elapsed_ms(started)
     out: dict[str, Any] = {
         "written": dict.fromkeys(names, 0.0),
         **({"strobe_flips": flips} if flips else {}),
@@ -212,7 +139,7 @@ def _whole_ms(seconds: float) -> float:
 
 
 class ClockNemesis:
-    """Per-node clock offsets (libfaketime): skew, skew-edge, skew-beyond, bump, strobe."""
+    """Per-node clock offsets: skew, skew-edge, skew-beyond, bump, strobe."""
 
     kind = "clock"
     start_action = "start-clock"

@@ -1,50 +1,33 @@
-"""The `delay` nemesis: changes the delay duration DD of live nodes through `admin.set_delay`.
+"""The `delay` nemesis: changes the delay duration DD of live nodes through the fault surface
+(`admin.set_delay` on schemasync's client, or in process in sim).
 
 DD is fixed in each catalog entry by design; only with the `mutable-delay` toggle (IGNITE-20498)
 does a node read it from its live config, which is what this fault changes. Each fault is a
 `start-delay` / `stop-delay` nemesis event with the DD each node took; the stop restores the
-configured DD. The target's client must be a DelayControl.
+configured DD.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.target import DelayControl
-from nemesis.context import STATUS_TIMEOUT_S, NemesisContext
+from nemesis.context import NemesisContext
 from nemesis.fault import FaultPlan, choices
 
 DELAY_MODES = ("all", "split")
 DEFAULT_DELAY_MS = 500
 
 
-async def set_delay(ctx: NemesisContext, node: str, delay_ms: int) -> None:
-    """One node's live DD, through the target client's `set_delay` (admin.set_delay)."""
-    async with asyncio.timeout(STATUS_TIMEOUT_S * 2):
-        client = await ctx.target.client(node)
-        try:
-            if not isinstance(client, DelayControl):
-                raise RuntimeError(f"target {ctx.target.name} cannot change its delay duration")
-            await client.set_delay(delay_ms)
-        finally:
-            await client.close()
-
-
 async def set_delays(ctx: NemesisContext, delays_ms: Mapping[str, int]) -> dict[str, Any]:
     """Every node's DD at once; what each took, and why the others did not."""
-    nodes = list(delays_ms)
-    results = await asyncio.gather(
-        *(set_delay(ctx, n, int(delays_ms[n])) for n in nodes), return_exceptions=True
-    )
-    out: dict[str, Any] = {"delays_ms": {}}
-    for node, result in zip(nodes, results, strict=True):
-        if isinstance(result, BaseException):
-            out.setdefault("errors", {})[node] = f"{type(result).__name__}: {result}"
-        else:
-            out["delays_ms"][node] = int(delays_ms[node])
+    errors = await ctx.surface.set_delay(delays_ms)
+    out: dict[str, Any] = {
+        "delays_ms": {n: int(ms) for n, ms in delays_ms.items() if n not in errors}
+    }
+    if errors:
+        out["errors"] = errors
     return out
 
 

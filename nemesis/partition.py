@@ -1,28 +1,20 @@
-"""Network partitions with iptables: each node drops what arrives from the other side.
+"""Network partitions: each node drops what arrives from the other side.
 
-A grudge maps each node to the nodes whose packets it drops (Jepsen's term). Every rule we add
-carries `-m comment --comment schemachaos` plus a tag naming the fault, so heal removes exactly
-our rules and nothing else. On the local backend all nodes share the host's iptables, so the
-rules match the loopback source *and* destination addresses on `lo`.
+A grudge maps each node to the nodes whose packets it drops (Jepsen's term); it is cut through
+the fault surface as one link per (sender, receiver), tagged `partition`, so the heal removes
+this fault's cuts and no other's.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from nemesis.context import (
-    IPTABLES_COMMENT,
-    NemesisContext,
-    failures,
-    loop_time,
-    metastore_leader,
-    run_on_each,
-)
+from contract.fault_surface import Link
+from nemesis.context import NemesisContext, elapsed_ms, loop_time
 from nemesis.fault import FaultPlan, choices
+from nemesis.leader import current_leader
 
 SHAPES = ("halves", "random-halves", "one", "majorities-ring", "bridge", "isolate-metastore-leader")
 PARTITION_TAG = "partition"
@@ -82,100 +74,41 @@ def grudge(
     raise ValueError(f"unknown partition shape {shape!r}")
 
 
-def comment_args(tag: str) -> str:
-    return f"-m comment --comment {IPTABLES_COMMENT} -m comment --comment {tag}"
-
-
-def drop_from_command(
-    host: str, sources: Sequence[str], tag: str, local: bool, match: str = ""
-) -> str:
-    """iptables command that drops inbound packets from `sources` to this node.
-
-    `match` adds protocol matches (the lagging-learner nemesis passes its port match).
-    On the local backend the rule also names the destination and `lo`.
-    """
-    if not sources:
-        return "true"
-    where = f"-i lo -d {shlex.quote(host)} " if local else ""
-    src = ",".join(shlex.quote(s) for s in sources)
-    extra = f"{match} " if match else ""
-    return f"iptables -w -A INPUT {where}-s {src} {extra}{comment_args(tag)} -j DROP"
-
-
-def remove_rules_command(tag: str | None, host: str | None) -> str:
-    """Delete our INPUT rules (only those with `tag`, only those naming destination `host` if
-    given), then print how many of ours remain on this node."""
-    filters = [f"grep -F -- '--comment {IPTABLES_COMMENT}'"]
-    if tag is not None:
-        filters.append(f"grep -F -- '--comment {tag}'")
-    if host is not None:
-        filters.append(f"grep -F -- '-d {host}/32'")
-    pipeline = " | ".join(["iptables -w -S INPUT", *filters])
-    return (
-        f"{pipeline} | sed 's/^-A /-D /' | while read -r rule; do iptables -w $rule; done; "
-        f"iptables -w -S INPUT | grep -cF -- '--comment {IPTABLES_COMMENT}' || true"
-    )
-
-
-def list_rules_command() -> str:
-    """Our rules on a node, as `iptables -S` prints them."""
-    return f"iptables -w -S | grep -F -- '--comment {IPTABLES_COMMENT}' || true"
-
-
-def hosts_of(ctx: NemesisContext, names: Sequence[str]) -> list[str]:
-    return [ctx.host(n) for n in names]
+def links_of(g: Grudge) -> list[Link]:
+    """The links a grudge cuts: into each node, from each node it drops."""
+    return [Link(dst=n, src=m) for n, drops in g.items() for m in drops]
 
 
 async def start_partition(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Install the grudge (resolving the leader for isolate-metastore-leader) on every node."""
+    """Cut the grudge (resolving the leader for isolate-metastore-leader)."""
     started = loop_time()
     g: Grudge | None = params.get("grudge")
     out: dict[str, Any] = {}
     if g is None:
-        leader = await metastore_leader(ctx)
-        out["leader"] = leader
-        g = grudge(params["shape"], ctx.cluster.nodes, random.Random(0), leader=leader)
-    commands = {
-        n: drop_from_command(ctx.host(n), hosts_of(ctx, g.get(n, [])), PARTITION_TAG, ctx.local)
-        for n in ctx.cluster.nodes
-        if g.get(n)
-    }
-    results = await run_on_each(ctx, commands)
-    out.update({"grudge": g, "applied_ms": round((loop_time() - started) * 1000, 1)})
-    errors = failures(results)
-    if errors:
-        out["errors"] = errors
-    return out
-
-
-async def remove_rules(ctx: NemesisContext, tag: str | None) -> dict[str, Any]:
-    """Remove our rules (of one fault tag, or all) on every node; report what remains."""
-    started = loop_time()
-    commands = {
-        n: remove_rules_command(tag, ctx.host(n) if ctx.local else None) for n in ctx.cluster.nodes
-    }
-    results = await run_on_each(ctx, commands)
-    remaining = {
-        n: int(r.stdout.strip().splitlines()[-1] or 0)
-        for n, r in results.items()
-        if not isinstance(r, BaseException) and r.stdout.strip()
-    }
-    out: dict[str, Any] = {
-        "rules_remaining": remaining,
-        "healed_ms": round((loop_time() - started) * 1000, 1),
-    }
-    errors = failures(results)
+        leader = await current_leader(ctx)
+        out.update(leader.recorded())
+        if leader.not_applicable is not None:
+            return out
+        g = grudge(params["shape"], ctx.cluster.nodes, random.Random(0), leader=leader.node)
+    errors = await ctx.surface.cut(links_of(g), PARTITION_TAG)
+    out.update({"grudge": g, "applied_ms": elapsed_ms(started)})
     if errors:
         out["errors"] = errors
     return out
 
 
 async def heal_partition(ctx: NemesisContext) -> dict[str, Any]:
-    return await remove_rules(ctx, PARTITION_TAG)
+    """This fault's cuts undone; how many cuts of ours remain on each node."""
+    started = loop_time()
+    healed = await ctx.surface.heal(PARTITION_TAG)
+    out: dict[str, Any] = {"rules_remaining": healed.remaining, "healed_ms": elapsed_ms(started)}
+    if healed.errors:
+        out["errors"] = healed.errors
+    return out
 
 
 class PartitionNemesis:
-    """A grudge of iptables drops in one of SHAPES; the stop step heals it."""
+    """A grudge in one of SHAPES; the stop step heals it."""
 
     kind = "partition"
     start_action = "start-partition"
@@ -195,12 +128,10 @@ class PartitionNemesis:
         return await start_partition(ctx, params)
 
     async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
+        if "not_applicable" in started:
+            return {"not_applicable": started["not_applicable"]}
         return await heal_partition(ctx)
 
     async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
-        """Every rule we added, of any fault; skipped locally without root, where nothing
-        could have added one and nothing can list them."""
-        if ctx.local and os.geteuid() != 0:
-            return {}
-        healed = await remove_rules(ctx, None)
-        return {"rules_remaining": healed["rules_remaining"], "errors": healed.get("errors", {})}
+        """Nothing of its own: every cut, of any fault, is the surface's sweep (heal_all)."""
+        return {}

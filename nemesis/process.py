@@ -1,6 +1,6 @@
-"""Process faults through the Target: kill (SIGKILL, restart at the stop step) and pause
-(SIGSTOP, SIGCONT at the stop step), on one, a minority, a majority, the Meta Storage leader,
-the learners, or all nodes."""
+"""Process faults through the fault surface: kill (SIGKILL, restart at the stop step) and pause
+(SIGSTOP, SIGCONT at the stop step), on one, a minority, a majority, the leader (the target's
+primary), the learners, or all nodes."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from nemesis.context import (
-    NemesisContext,
-    each_in_thread,
-    leader_of,
-    loop_time,
-    metastore_leader,
-    statuses,
-)
+from nemesis.context import NemesisContext, elapsed_ms, loop_time, statuses
 from nemesis.fault import FaultPlan, choices
+from nemesis.leader import current_leader
 
 RESTART_WAIT_S = 10.0
 PROCESS_TARGETS = ("one", "minority", "majority", "metastore-leader", "learners", "all")
@@ -26,23 +20,20 @@ PROCESS_TARGETS = ("one", "minority", "majority", "metastore-leader", "learners"
 async def resolve_targets(
     ctx: NemesisContext, params: dict[str, Any]
 ) -> tuple[list[str], dict[str, Any]]:
-    """The nodes a process fault hits; `metastore-leader` is looked up now."""
+    """The nodes a process fault hits; `metastore-leader` is looked up now (none, and not
+    applicable, on a target without a primary)."""
     if params.get("nodes") is not None:
         return list(params["nodes"]), {}
-    leader = await metastore_leader(ctx)
-    return ([leader] if leader else []), {"leader": leader}
+    leader = await current_leader(ctx)
+    return ([leader.node] if leader.node else []), leader.recorded()
 
 
 async def start_kill(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
     nodes, extra = await resolve_targets(ctx, params)
     started = loop_time()
     ctx.state.killed.update(nodes)
-    errors = await each_in_thread(ctx.target.kill, nodes)
-    out: dict[str, Any] = {
-        **extra,
-        "nodes": nodes,
-        "applied_ms": round((loop_time() - started) * 1000, 1),
-    }
+    errors = await ctx.surface.kill(nodes)
+    out: dict[str, Any] = {**extra, "nodes": nodes, "applied_ms": elapsed_ms(started)}
     if errors:
         out["errors"] = errors
     return out
@@ -51,13 +42,14 @@ async def start_kill(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, A
 async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """Start killed nodes again and wait (bounded) until each answers its admin API.
 
-    Before starting, records the leader the survivors elected meanwhile (`leader_before`);
-    `started_ms` is the restart itself, `healed_ms` until every node answers again.
+    Before starting, records the leader the survivors elected meanwhile (`leader_before`, on
+    a target with a primary); `started_ms` is the restart itself, `healed_ms` until every node
+    answers again.
     """
-    survivors = await statuses(ctx, [n for n in ctx.cluster.nodes if n not in nodes])
+    before = await current_leader(ctx, wait_s=0)
     started = loop_time()
-    errors = await each_in_thread(ctx.target.start, nodes)
-    started_ms = round((loop_time() - started) * 1000, 1)
+    errors = await ctx.surface.start(nodes)
+    started_ms = elapsed_ms(started)
     ctx.state.killed.difference_update(nodes)
     answered: dict[str, float] = {}
     deadline = started + RESTART_WAIT_S
@@ -65,16 +57,16 @@ async def restart(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     while pending and loop_time() < deadline:
         views = await statuses(ctx, pending)
         for n in views:
-            answered[n] = round((loop_time() - started) * 1000, 1)
+            answered[n] = elapsed_ms(started)
         pending = [n for n in pending if n not in views]
         if pending:
             await asyncio.sleep(0.1)
     out: dict[str, Any] = {
         "nodes": list(nodes),
-        "leader_before": leader_of(survivors),
+        **({} if before.not_applicable else {"leader_before": before.node}),
         "started_ms": started_ms,
         "answered_ms": answered,
-        "healed_ms": round((loop_time() - started) * 1000, 1),
+        "healed_ms": elapsed_ms(started),
     }
     if pending:
         out["not_answering"] = pending
@@ -87,12 +79,8 @@ async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
     nodes, extra = await resolve_targets(ctx, params)
     started = loop_time()
     ctx.state.paused.update(nodes)
-    errors = await each_in_thread(ctx.target.pause, nodes)
-    out: dict[str, Any] = {
-        **extra,
-        "nodes": nodes,
-        "applied_ms": round((loop_time() - started) * 1000, 1),
-    }
+    errors = await ctx.surface.pause(nodes)
+    out: dict[str, Any] = {**extra, "nodes": nodes, "applied_ms": elapsed_ms(started)}
     if errors:
         out["errors"] = errors
     return out
@@ -101,9 +89,9 @@ async def start_pause(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, 
 async def resume(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     """SIGCONT, then check each resumed node answers its admin API again."""
     started = loop_time()
-    errors = await each_in_thread(ctx.target.resume, nodes)
+    errors = await ctx.surface.resume(nodes)
     ctx.state.paused.difference_update(nodes)
-    healed_ms = round((loop_time() - started) * 1000, 1)
+    healed_ms = elapsed_ms(started)
     views = await statuses(ctx, nodes)
     out: dict[str, Any] = {
         "nodes": list(nodes),
@@ -113,6 +101,13 @@ async def resume(ctx: NemesisContext, nodes: Sequence[str]) -> dict[str, Any]:
     if errors:
         out["errors"] = errors
     return out
+
+
+def _stopped(started: dict[str, Any], fallback: set[str]) -> list[str]:
+    """The nodes a stop step undoes: those its start hit, or (a start lost) every node the
+    state still holds."""
+    nodes = started.get("nodes")
+    return list(nodes) if nodes is not None else sorted(fallback)
 
 
 def process_params(
@@ -164,7 +159,9 @@ class KillNemesis:
         return await start_kill(ctx, params)
 
     async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
-        return await restart(ctx, started.get("nodes") or sorted(ctx.state.killed))
+        if "not_applicable" in started:
+            return {"not_applicable": started["not_applicable"], "nodes": []}
+        return await restart(ctx, _stopped(started, ctx.state.killed))
 
     async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
         if not ctx.state.killed:
@@ -191,7 +188,9 @@ class PauseNemesis:
         return await start_pause(ctx, params)
 
     async def stop(self, ctx: NemesisContext, started: dict[str, Any]) -> dict[str, Any]:
-        return await resume(ctx, started.get("nodes") or sorted(ctx.state.paused))
+        if "not_applicable" in started:
+            return {"not_applicable": started["not_applicable"], "nodes": []}
+        return await resume(ctx, _stopped(started, ctx.state.paused))
 
     async def sweep(self, ctx: NemesisContext) -> dict[str, Any]:
         """Every node resumed: a SIGCONT to a running process does nothing."""

@@ -1,8 +1,9 @@
 """Every fault kind, by the name `--nemesis` and the scenarios take: one line per kind.
 
 The order is the schedule's (a seeded shuffle of this list, so it is part of what a seed
-means); heal-all sweeps in the reverse order, as a stack unwinds: nodes resumed and restarted
-before the network is healed, clocks reset last.
+means); heal-all sweeps the kinds in the reverse order, as a stack unwinds (once the fault
+surface has swept every cut and slowed link): nodes resumed and restarted, applies released,
+clocks reset last.
 """
 
 from __future__ import annotations

@@ -12,17 +12,14 @@ import asyncio
 import logging
 from typing import Any
 
-from nemesis.context import NemesisContext, NemesisRecorder, loop_time
+from contract.fault_surface import Undone
+from nemesis.context import NemesisContext, NemesisRecorder, elapsed_ms, loop_time
 from nemesis.registry import NEMESES, nemesis_of
 from nemesis.schedule import NemesisStep
 
 log = logging.getLogger("schemachaos.nemesis")
 
 __all__ = ["NemesisContext", "apply_step", "heal_all", "run_schedule"]
-
-
-def _elapsed_ms(began: float) -> float:
-    return round((loop_time() - began) * 1000, 1)
 
 
 async def _stop(ctx: NemesisContext, fault: int, kind: str) -> dict[str, Any]:
@@ -51,7 +48,7 @@ async def apply_step(
     except Exception as e:
         log.warning("nemesis %s failed: %s", step.action, e)
         value = {"error": f"{type(e).__name__}: {e}"}
-    event = {**step.params, **value, "at_s": step.at_s, "elapsed_ms": _elapsed_ms(began)}
+    event = {**step.params, **value, "at_s": step.at_s, "elapsed_ms": elapsed_ms(began)}
     recorder.nemesis(step.action, event)
     return event
 
@@ -81,10 +78,11 @@ async def run_schedule(
 async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, Any]:
     """Undo every fault, the ones we know of and any a crash left behind, before final reads.
 
-    Each fault still in force gets its matching stop event (`by: heal-all`); then every kind
-    sweeps (in the registry's reverse order: nodes resumed and restarted, our iptables rules
-    and qdiscs removed, apply inhibitors released, clocks reset), recorded as one `heal-all`
-    event. A sweep that fails is recorded and the others still run.
+    Each fault still in force gets its matching stop event (`by: heal-all`); then the surface
+    sweeps every cut and slowed link, of any fault, and every kind sweeps what is its own (in
+    the registry's reverse order: nodes resumed and restarted, apply inhibitors released,
+    clocks reset last), recorded as one `heal-all` event. A sweep that fails is recorded and
+    the others still run.
     """
     for fault, started in sorted(ctx.state.active.items()):
         kind = started["kind"]
@@ -100,23 +98,37 @@ async def heal_all(ctx: NemesisContext, recorder: NemesisRecorder) -> dict[str, 
                 "kind": kind,
                 "by": "heal-all",
                 **value,
-                "elapsed_ms": _elapsed_ms(began),
+                "elapsed_ms": elapsed_ms(began),
             },
         )
     began = loop_time()
     out: dict[str, Any] = {}
     errors: dict[str, str] = {}
+    try:
+        swept = await ctx.surface.sweep()
+        out.update(
+            _remaining("rules_remaining", swept.cuts) | _remaining("qdiscs_remaining", swept.slowed)
+        )
+        errors.update(swept.cuts.errors | swept.slowed.errors)
+    except Exception as e:
+        log.warning("heal-all of the network failed: %s", e)
+        out["error"] = f"network: {type(e).__name__}: {e}"
     for kind, nemesis in reversed(NEMESES.items()):
         try:
-            swept = await nemesis.sweep(ctx)
+            kind_swept = await nemesis.sweep(ctx)
         except Exception as e:
             log.warning("heal-all of %s failed: %s", kind, e)
             out.setdefault("error", f"{kind}: {type(e).__name__}: {e}")
             continue
-        errors.update(swept.pop("errors", None) or {})
-        out.update(swept)
+        errors.update(kind_swept.pop("errors", None) or {})
+        out.update(kind_swept)
     if errors:
         out["errors"] = errors
-    out["elapsed_ms"] = _elapsed_ms(began)
+    out["elapsed_ms"] = elapsed_ms(began)
     recorder.nemesis("heal-all", out)
     return out
+
+
+def _remaining(key: str, undone: Undone) -> dict[str, Any]:
+    """`{key: remaining per node}`, or nothing from a surface that had nothing to undo."""
+    return {key: undone.remaining} if undone.remaining else {}

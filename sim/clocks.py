@@ -30,6 +30,11 @@ class Clocks:
 
         return wall_ms
 
+    def controller_s(self) -> float:
+        """The controller's wall clock, in seconds: never offset (the faults move the nodes'
+        clocks only), so a node's offset is measured against it as on real hosts."""
+        return (EPOCH_US + round(self._loop.time() * 1_000_000)) / 1_000_000
+
     def set_offset(self, node: str, seconds: float) -> None:
         self.offsets_us[node] = round(seconds * 1_000_000)
 

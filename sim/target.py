@@ -102,6 +102,17 @@ class SimSchemaSyncTarget:
             finally:
                 await client.close()
 
+    async def primaries(self, wait_s: float) -> list[str]:
+        """The Meta Storage leader a running voter believes in at the highest term, read off
+        the nodes' Raft state (polled in virtual time while none is named)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            leader = self.sim.leader()
+            if leader is not None or loop.time() >= deadline:
+                return [leader] if leader is not None else []
+            await asyncio.sleep(0.1)
+
     async def inhibit_apply(self, node: str, hold: bool) -> dict[str, Any]:
         return dict(await self._admin(node, "inhibit_apply", hold) or {})
 

@@ -206,22 +206,25 @@ def test_every_node_takes_ddl_and_writes_and_reads_the_same_rows(galera: GaleraT
     asyncio.run(go())
 
 
+def _surface(target: GaleraTarget) -> Any:
+    """The fault surface the nemeses act through, on this run's hosts."""
+    from harness.backends.host_surface import HostSurface
+
+    cluster = target._cluster()
+    return HostSurface(cluster, target, cluster.run_id)  # type: ignore[attr-defined]
+
+
 def _isolate(target: GaleraTarget, alone: str) -> None:
-    from nemesis.partition import drop_from_command
+    from contract.fault_surface import Link
 
     nodes = target._cluster().nodes
-    hosts = {n: target.host(n) for n in nodes}
-    for node in nodes:
-        others = [hosts[m] for m in nodes if m != node] if node == alone else [hosts[alone]]
-        target._run(node, drop_from_command(hosts[node], others, "galeratest", local=False))
+    links = [Link(dst=n, src=m) for n in nodes for m in nodes if m != n and alone in (m, n)]
+    assert asyncio.run(_surface(target).cut(links, "galeratest")) == {}
 
 
 def _heal(target: GaleraTarget) -> None:
-    from nemesis.partition import remove_rules_command
-
-    for node in target._cluster().nodes:
-        left = target._run(node, remove_rules_command("galeratest", None)).strip()
-        assert left == "0"
+    healed = asyncio.run(_surface(target).heal("galeratest"))
+    assert not healed.errors and set(healed.remaining.values()) == {0}, healed
 
 
 @pytest.mark.docker

@@ -1,6 +1,7 @@
-"""The shell commands the nemeses send, checked for their text and then run for real: the
-faketime file moves a process's clock under libfaketime, and the iptables and tc commands cut
-and slow real TCP inside a throwaway network namespace (never the host's own rules)."""
+"""The shell commands the hosts' fault surface sends, checked for their text and then run for
+real: the faketime file moves a process's clock under libfaketime, and the iptables and tc
+commands cut and slow real TCP inside a throwaway network namespace (never the host's own
+rules), each rule carrying its run so that one run's heal never takes another's rules."""
 
 from __future__ import annotations
 
@@ -15,14 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.faketime import faketime_env, offset_literal
-from nemesis.clock import (
+from harness.backends.host_clock import (
     stop_strobe_command,
     strobe_command,
     write_offset_command,
 )
-from nemesis.lagging import drop_commands, shape_command, unshape_command
-from nemesis.partition import drop_from_command, list_rules_command, remove_rules_command
+from harness.backends.host_net import (
+    drop_command,
+    list_rules_command,
+    remove_rules_command,
+    shape_command,
+    unshape_command,
+)
+from harness.cluster_spec import rule_is_runs
+from harness.faketime import faketime_env, offset_literal
 from tests.conftest import require
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -38,20 +45,25 @@ def test_offset_literals_are_seconds_with_a_sign() -> None:
     assert "ms" not in offset_literal(0.25)  # libfaketime reads `250ms` as minutes
 
 
-def test_rule_text_carries_our_comment_and_matches_loopback_locally() -> None:
-    local = drop_from_command("127.0.0.11", ["127.0.0.12", "127.0.0.13"], "partition", True)
+RUN = "t-run.1"
+MARKS = "-m comment --comment schemachaos -m comment --comment schemachaos.run=t-run.1"
+
+
+def test_rule_text_carries_our_comment_the_run_and_matches_loopback_locally() -> None:
+    local = drop_command("127.0.0.11", ["127.0.0.12", "127.0.0.13"], None, "partition", RUN, True)
     assert local == (
         "iptables -w -A INPUT -i lo -d 127.0.0.11 -s 127.0.0.12,127.0.0.13 "
-        "-m comment --comment schemachaos -m comment --comment partition -j DROP"
+        f"{MARKS} -m comment --comment partition -j DROP"
     )
-    docker = drop_from_command("10.0.0.2", ["10.0.0.3"], "partition", False)
+    docker = drop_command("10.0.0.2", ["10.0.0.3"], None, "partition", RUN, False)
     assert "-i lo" not in docker and "--comment schemachaos" in docker
-    assert drop_from_command("10.0.0.2", [], "partition", False) == "true"
-    lag = drop_commands(["n4"], {"n1": "10.0.0.1", "n4": "10.0.0.4"}, 10900, False)
-    assert lag == {
-        "n4": "iptables -w -A INPUT -p tcp -m multiport --ports 10900 "
-        "-m comment --comment schemachaos -m comment --comment lagging-learner -j DROP"
-    }
+    lag = drop_command("10.0.0.4", None, 10900, "lagging-learner", RUN, False)
+    assert lag == (
+        "iptables -w -A INPUT -p tcp -m multiport --ports 10900 "
+        f"{MARKS} -m comment --comment lagging-learner -j DROP"
+    )
+    with pytest.raises(ValueError, match="not a run id"):
+        drop_command("10.0.0.2", ["10.0.0.3"], None, "partition", "a b", False)
 
 
 def test_faketime_file_moves_a_process_clock_and_only_its_own(tmp_path: Path) -> None:
@@ -197,15 +209,18 @@ def _probe(ns: str, dst: str, port: int, sources: list[str], nbytes: int = 10) -
 def test_partition_rules_cut_exactly_one_direction_and_heal_removes_only_ours(netns: str) -> None:
     # a foreign rule that heal must leave alone
     assert _in_ns(netns, "iptables -w -A INPUT -s 127.0.0.99 -j DROP").returncode == 0
-    cmd = drop_from_command("127.0.0.11", ["127.0.0.12"], "partition", True)
+    cmd = drop_command("127.0.0.11", ["127.0.0.12"], None, "partition", RUN, True)
     assert _in_ns(netns, cmd).returncode == 0
     seen = _probe(netns, "127.0.0.11", 10900, ["127.0.0.12", "127.0.0.13"])
     assert seen["127.0.0.12"].startswith("blocked") and seen["127.0.0.13"].startswith("ok")
     # traffic between other nodes is untouched
     assert _probe(netns, "127.0.0.12", 10900, ["127.0.0.13"])["127.0.0.13"].startswith("ok")
-    listed = _in_ns(netns, list_rules_command()).stdout
+    listed = _in_ns(netns, list_rules_command(RUN)).stdout
     assert "-d 127.0.0.11/32" in listed and "--comment partition" in listed
-    healed = _in_ns(netns, remove_rules_command("partition", "127.0.0.11"))
+    # `clean --run-id` reads the rule as iptables prints it (the run comment quoted): this run's
+    (rule,) = listed.splitlines()
+    assert rule_is_runs(rule, RUN, None) and not rule_is_runs(rule, RUN + "0", None)
+    healed = _in_ns(netns, remove_rules_command("partition", RUN, "127.0.0.11"))
     assert healed.stdout.strip() == "0"
     assert _probe(netns, "127.0.0.11", 10900, ["127.0.0.12"])["127.0.0.12"].startswith("ok")
     rules = _in_ns(netns, "iptables -w -S INPUT").stdout
@@ -213,14 +228,36 @@ def test_partition_rules_cut_exactly_one_direction_and_heal_removes_only_ours(ne
 
 
 @pytest.mark.root
+def test_a_runs_heal_leaves_another_runs_rules_on_a_shared_host(netns: str) -> None:
+    """Two local runs share the host's iptables: run X's heal and sweep take none of run X0's
+    rules (a prefix of an id names no other run), nor of another node's address."""
+    other = RUN + "0"
+    for run, dst in ((RUN, "127.0.0.11"), (other, "127.0.0.11"), (RUN, "127.0.0.21")):
+        assert (
+            _in_ns(
+                netns, drop_command(dst, ["127.0.0.12"], None, "partition", run, True)
+            ).returncode
+            == 0
+        )
+    mine = _in_ns(netns, remove_rules_command("partition", RUN, "127.0.0.11"))
+    assert mine.stdout.strip() == "0"
+    left = _in_ns(netns, "iptables -w -S INPUT").stdout
+    assert f'"schemachaos.run={other}"' in left and "-d 127.0.0.21/32" in left, left
+    assert _in_ns(netns, remove_rules_command(None, RUN)).stdout.strip() == "0"
+    left = _in_ns(netns, "iptables -w -S INPUT").stdout
+    assert f'"schemachaos.run={RUN}"' not in left and f'"schemachaos.run={other}"' in left
+    assert _probe(netns, "127.0.0.11", 10900, ["127.0.0.12"])["127.0.0.12"].startswith("blocked")
+
+
+@pytest.mark.root
 def test_lagging_drop_cuts_only_the_metastore_port(netns: str) -> None:
-    cmds = drop_commands(["n4"], {"n1": "127.0.0.11", "n4": "127.0.0.14"}, 10900, True)
-    assert _in_ns(netns, cmds["n4"]).returncode == 0
+    cmd = drop_command("127.0.0.14", None, 10900, "lagging-learner", RUN, True)
+    assert _in_ns(netns, cmd).returncode == 0
     assert _probe(netns, "127.0.0.14", 10900, ["127.0.0.11"])["127.0.0.11"].startswith("blocked")
     assert _probe(netns, "127.0.0.14", 10800, ["127.0.0.11"])["127.0.0.11"].startswith("ok")
     # the partition heal leaves lagging-learner rules alone; the full heal removes them
-    assert _in_ns(netns, remove_rules_command("partition", None)).stdout.strip() == "1"
-    assert _in_ns(netns, remove_rules_command(None, None)).stdout.strip() == "0"
+    assert _in_ns(netns, remove_rules_command("partition", RUN)).stdout.strip() == "1"
+    assert _in_ns(netns, remove_rules_command(None, RUN)).stdout.strip() == "0"
 
 
 @pytest.mark.root

@@ -17,11 +17,13 @@ from typing import Any, TypeVar
 import pytest
 
 from harness.backends import provision
+from harness.backends.host_surface import HostSurface
 from harness.cluster import Cluster, ClusterSpec
 from nemesis import NemesisStep, build_schedule, heal_all, run_schedule
 from nemesis.clock import measure, reset_clocks, start_clock
-from nemesis.context import NemesisContext, metastore_leader, node_status, statuses
+from nemesis.context import NemesisContext, node_status, statuses
 from nemesis.lagging import start_lagging, stop_lagging
+from nemesis.leader import current_leader
 from nemesis.partition import grudge, heal_partition, start_partition
 from nemesis.process import restart, resume, start_kill, start_pause
 from nemesis.runner import apply_step
@@ -63,7 +65,7 @@ def nem(
     """A fresh nemesis context on a ready cluster; whatever a test did is healed after it."""
     cluster, target = docker_cluster
     target.wait_ready(30)
-    ctx = NemesisContext(cluster=cluster, target=target, config={})
+    ctx = NemesisContext(cluster, target, HostSurface(cluster, target, cluster.run_id))
     recorder = HistoryRecorder(tmp_path / "history.jsonl")
     try:
         yield ctx, recorder
@@ -81,7 +83,8 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
 
 async def ddl(ctx: NemesisContext, node: str, stmt: str, timeout_s: float) -> dict[str, Any]:
     async with asyncio.timeout(timeout_s):
-        client = await Client.connect([f"{ctx.host(node)}:10800"], timeout=timeout_s)
+        host = ctx.cluster.remotes[node].host
+        client = await Client.connect([f"{host}:10800"], timeout=timeout_s)
         try:
             return await client.ddl(stmt)
         finally:
@@ -204,7 +207,7 @@ def test_killed_metastore_leader_is_replaced_and_comes_back(
     ctx, _ = nem
 
     async def go() -> None:
-        old = await metastore_leader(ctx)
+        old = (await current_leader(ctx)).node
         assert old in ctx.cluster.voters
         value = await start_kill(ctx, {"target": "metastore-leader", "nodes": None})
         assert value["nodes"] == [old] and value["leader"] == old

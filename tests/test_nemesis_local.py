@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends import provision
+from harness.backends.host_surface import HostSurface
 from harness.cluster import Cluster, ClusterSpec
 from nemesis import NemesisContext, NemesisStep, heal_all, run_schedule
 from nemesis.context import statuses
@@ -66,7 +67,7 @@ def test_local_schedule_clock_inhibit_pause_kill(
 ) -> None:
     cluster, target = local_cluster
     history = tmp_path / "history.jsonl"
-    ctx = NemesisContext(cluster=cluster, target=target, config={})
+    ctx = NemesisContext(cluster, target, HostSurface(cluster, target, cluster.run_id))
     host_before = time.time() - time.monotonic()
 
     async def go() -> None:
@@ -113,7 +114,7 @@ def test_local_lagging_learner_on_shared_loopback(
 ) -> None:
     cluster, target = local_cluster
     target.wait_ready(30)
-    ctx = NemesisContext(cluster=cluster, target=target, config={})
+    ctx = NemesisContext(cluster, target, HostSurface(cluster, target, cluster.run_id))
 
     async def applied() -> dict[str, int]:
         return {n: int(s["applied_index"]) for n, s in (await statuses(ctx)).items()}

@@ -9,14 +9,12 @@ import json
 import math
 import random
 import time
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemesis.clock import clock_params
-from nemesis.context import leader_of
 from nemesis.partition import SHAPES, grudge
 from nemesis.schedule import (
     EXTRA_KINDS,
@@ -160,34 +158,6 @@ def test_any_seed_gives_a_valid_symmetric_schedule(seed: int, n: int) -> None:
             assert p["nodes"] and set(p["nodes"]) <= set(nodes)
         if step.action == "start-lagging-learner":
             assert p["learners"] and set(p["learners"]) <= set(learners)
-
-
-def _view(term: int, leader: str | None) -> dict[str, Any]:
-    return {"term": term, "leader": leader}
-
-
-def test_the_leader_is_the_one_named_at_the_newest_term() -> None:
-    learners_stale = {"n4": _view(5, "n2"), "n5": _view(5, "n2")}
-    # voters moved to term 6 and are still electing: the learners' n2 is no answer
-    assert leader_of({**learners_stale, "n1": _view(6, None), "n3": _view(6, None)}) is None
-    assert leader_of({**learners_stale, "n1": _view(6, "n1"), "n3": _view(6, None)}) == "n1"
-    # all at one term: most named wins, ties to the smaller name
-    assert leader_of({**learners_stale, "n1": _view(5, "n1")}) == "n2"
-    assert leader_of({"n1": _view(3, "n1"), "n3": _view(3, "n3")}) == "n1"
-    assert leader_of({}) is None
-    assert leader_of({"n1": {}, "n2": _view(0, None)}) is None
-
-
-def test_a_failed_campaign_leaves_the_leader_that_answers_as_one() -> None:
-    """n3 moved to term 6 by a vote it granted in a campaign that failed, then lost touch with
-    n1, which kept its quorum at term 5: no one names a leader at 6, and n1 says it leads."""
-    views: dict[str, dict[str, Any]] = {
-        "n1": {"term": 5, "leader": "n1", "role": "leader"},
-        "n2": {"term": 5, "leader": "n1", "role": "follower"},
-        "n3": {"term": 6, "leader": None, "role": "follower"},
-    }
-    assert leader_of(views) == "n1"
-    assert leader_of({"n3": views["n3"], "n4": _view(5, "n2")}) is None
 
 
 # sha256 of the schedules below as the code before the linear rewrite built them (measured on

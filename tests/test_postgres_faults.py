@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from harness.backends import provision
+from harness.backends.host_net import QDISC_HANDLE
+from harness.backends.host_surface import HostSurface
 from harness.cluster import Cluster, ClusterSpec
 from harness.target import ClientError
 from nemesis import NemesisContext, NemesisStep, heal_all
-from nemesis.lagging import QDISC_HANDLE
 from nemesis.runner import apply_step
 from targets.postgres import PostgresTarget
 from targets.postgres.sql import LSN_NOW, META
@@ -69,7 +70,8 @@ def nem(
     """A nemesis context on a streaming cluster; heal_all after the test, whatever it did."""
     cluster, target = pg
     target.wait_ready(30)
-    ctx = NemesisContext(cluster=cluster, target=target, config={"lagging_rate_kbit": 1})
+    surface = HostSurface(cluster, target, cluster.run_id)
+    ctx = NemesisContext(cluster, target, surface, config={"lagging_rate_kbit": 1})
     recorder = HistoryRecorder(tmp_path / "history.jsonl")
     try:
         yield ctx, recorder
@@ -220,7 +222,7 @@ def test_a_lagging_standby_falls_behind_keeps_answering_and_catches_up_after_hea
         "start-lagging-learner",
         {"fault": fault, "kind": "lagging-learner", "mode": mode, "learners": [LAGGED]},
     )
-    lag_rules_in_force(mode, network_state(ctx), ctx.host(PRIMARY))
+    lag_rules_in_force(mode, network_state(ctx), ctx.cluster.remotes[PRIMARY].host)
     if mode == "inhibit":
         assert ask(target, LAGGED, "SELECT pg_get_wal_replay_pause_state()") == ("paused",)
 
@@ -280,7 +282,7 @@ def test_a_partitioned_standby_falls_behind_and_catches_up_after_heal(
     state = network_state(ctx)
     for node, sources in grudge.items():  # each node drops exactly the other side, nothing more
         dropped = {rule.split("-s ", 1)[1].split("/32", 1)[0] for rule in ours(state[node])}
-        assert dropped == {ctx.host(s) for s in sources}, state[node]
+        assert dropped == {ctx.cluster.remotes[s].host for s in sources}, state[node]
 
     primary = add_columns(target, table, DDL_DURING_FAULT)
     healthy_s = wait_caught_up(target, HEALTHY, primary, CATCH_UP_LIMIT_S)

@@ -11,15 +11,16 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.backends.host_surface import HostSurface
 from harness.cluster_spec import Cluster, ClusterSpec, node_names
 from harness.options import RunOptions
 from harness.reaper import RunGuard
-from harness.target import ClusterView, Target
+from harness.target import Target
 from nemesis import NemesisContext, heal_all, run_schedule
 from nemesis.context import NemesisRecorder
 from nemesis.schedule import NemesisStep
@@ -103,10 +104,9 @@ class Backend(Protocol):
         """The history's clock, read once as the run starts."""
         ...
 
-    def fault_player(
-        self, cluster: ClusterView, target: Target, config: dict[str, Any]
-    ) -> FaultPlayer:
-        """What plays the fault schedule on this backend's cluster."""
+    def fault_player(self, cluster: Cluster, target: Target, config: dict[str, Any]) -> FaultPlayer:
+        """What plays the fault schedule on this backend's cluster: the one NemesisPlayer,
+        acting through this backend's fault surface (`contract.fault_surface`)."""
         ...
 
     def run_loop(self, work: Coroutine[Any, Any, None]) -> tuple[str | None, dict[str, Any]]:
@@ -146,10 +146,9 @@ class HostBackend:
     def clock(self) -> RunClock:
         return RunClock(time.monotonic_ns(), time.time_ns() // 1_000_000, time.monotonic_ns)
 
-    def fault_player(
-        self, cluster: ClusterView, target: Target, config: dict[str, Any]
-    ) -> FaultPlayer:
-        return NemesisPlayer(NemesisContext(cluster=cluster, target=target, config=config))
+    def fault_player(self, cluster: Cluster, target: Target, config: dict[str, Any]) -> FaultPlayer:
+        surface = HostSurface(cluster, target, cluster.run_id)
+        return NemesisPlayer(NemesisContext(cluster, target, surface, config))
 
     def run_loop(self, work: Coroutine[Any, Any, None]) -> tuple[str | None, dict[str, Any]]:
         return asyncio.run(own_signals(work)), {}
@@ -157,9 +156,12 @@ class HostBackend:
 
 @dataclass(frozen=True)
 class NemesisPlayer:
-    """The nemeses of nemesis.registry acting on the hosts through the nodes' Remotes."""
+    """The nemeses of nemesis.registry, played by nemesis.runner on every backend; they act
+    through the context's fault surface. `settle`: what the heal awaits once everything is
+    undone (the simulator waits for its cluster to be ready again), if anything."""
 
     ctx: NemesisContext
+    settle: Callable[[], Awaitable[None]] | None = None
 
     async def play(
         self, schedule: list[NemesisStep], recorder: NemesisRecorder, stop: asyncio.Event
@@ -168,6 +170,8 @@ class NemesisPlayer:
 
     async def heal(self, recorder: NemesisRecorder) -> None:
         await heal_all(self.ctx, recorder)
+        if self.settle is not None:
+            await self.settle()
 
 
 async def own_signals(work: Coroutine[Any, Any, None], *, via_loop: bool = True) -> str | None:

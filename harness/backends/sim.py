@@ -17,6 +17,7 @@ from typing import Any
 from harness.backends.base import (
     BackendOptionsError,
     FaultPlayer,
+    NemesisPlayer,
     RunClock,
     check_no_nodes_file,
     check_voters,
@@ -25,13 +26,12 @@ from harness.backends.base import (
 from harness.cluster_spec import Cluster, ClusterSpec, node_names, split_roles
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard
-from harness.target import ClusterView, Target
-from nemesis.context import NemesisRecorder
-from nemesis.schedule import NemesisStep
+from harness.target import Target
+from nemesis import NemesisContext
 from sim.clocks import EPOCH_US
-from sim.cluster import SimWorld
+from sim.cluster import CLIENT_PORT, METASTORE_PORT, PEER_PORT, SimWorld
 from sim.loop import run_simulation
-from sim.nemesis import SimNemesis
+from sim.surface import SimSurface
 from sim.target import SimClusterView, SimSchemaSyncTarget
 
 READY_TIMEOUT_S = 30.0
@@ -82,6 +82,11 @@ class SimBackend:
             remotes={},
             backend=self.name,
             run_id=run_id,
+            ports={
+                "client_port": CLIENT_PORT,
+                "metastore_port": METASTORE_PORT,
+                "peer_port": PEER_PORT,
+            },
             world=SimWorld(spec.seed, asyncio.get_running_loop()),  # type: ignore[arg-type]
         )
 
@@ -93,12 +98,16 @@ class SimBackend:
     def clock(self) -> RunClock:
         return RunClock(0, EPOCH_US // 1000, strictly_increasing_ns(), fsync_while_running=False)
 
-    def fault_player(
-        self, cluster: ClusterView, target: Target, config: dict[str, Any]
-    ) -> FaultPlayer:
+    def fault_player(self, cluster: Cluster, target: Target, config: dict[str, Any]) -> FaultPlayer:
+        """The one NemesisPlayer on the simulated world's surface; the controller's clock is
+        virtual, and once healed the cluster is awaited ready (within the heal's 120 s)."""
         if not isinstance(target, SimSchemaSyncTarget):
             raise BackendOptionsError("--backend sim: faults act on a simulated target only")
-        return SimFaults(SimNemesis(target.sim, int(config["seed"]), int(config["delay_ms"])))
+        sim = target.sim
+        ctx = NemesisContext(
+            cluster, target, SimSurface(sim), config, wall_s=sim.world.clocks.controller_s
+        )
+        return NemesisPlayer(ctx, settle=lambda: sim.wait_ready(READY_TIMEOUT_S * 3))
 
     def run_loop(self, work: Coroutine[Any, Any, None]) -> tuple[str | None, dict[str, Any]]:
         wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -109,22 +118,6 @@ class SimBackend:
             "virtual_s": round(loop.time(), 3),
             "events": loop.steps,
         }
-
-
-class SimFaults:
-    """The fault schedule on the simulated world; healed, the cluster is awaited ready."""
-
-    def __init__(self, nemesis: SimNemesis) -> None:
-        self.nemesis = nemesis
-
-    async def play(
-        self, schedule: list[NemesisStep], recorder: NemesisRecorder, stop: asyncio.Event
-    ) -> None:
-        await self.nemesis.play(schedule, recorder, stop)
-
-    async def heal(self, recorder: NemesisRecorder) -> None:
-        await self.nemesis.heal(recorder)
-        await self.nemesis.cluster.wait_ready(READY_TIMEOUT_S * 3)  # within the heal's 120 s
 
 
 def strictly_increasing_ns() -> Callable[[], int]:

@@ -203,8 +203,6 @@ class GaleraClient:
                 "state": status.get("wsrep_local_state_comment", ""),
                 "hlc_now": seqno,
                 "applied_index": seqno,
-                "leader": self.node,  # every node takes writes
-                "term": 1,
                 "catalog_version": self.state.version_of(markers),
             }
 

@@ -184,8 +184,6 @@ class PostgresClient:
             "hlc_now": int(lsn),
             "lsn": int(lsn),
             "applied_index": int(lsn),  # what the nemeses read as "how far this node is"
-            "leader": self.primary,  # the node every write goes to (no failover)
-            "term": 1,
             "catalog_version": int(version),
         }
 

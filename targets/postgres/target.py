@@ -86,6 +86,11 @@ class PostgresTarget:
     def primary(self) -> str:
         return self._cluster().nodes[0]
 
+    async def primaries(self, wait_s: float) -> list[str]:
+        """The primary: every write goes to it, and it stays the primary whatever happens to
+        it (the target runs no failover), so there is nothing to wait for."""
+        return [self.primary]
+
     @property
     def standbys(self) -> list[str]:
         return self._cluster().nodes[1:]

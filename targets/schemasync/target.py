@@ -26,6 +26,7 @@ from targets.schemasync.client import OP_TIMEOUT_S, SchemaSyncClient, client_err
 from targets.schemasync.config import DEFAULT_CONFIG, render_config
 from targets.schemasync.config import check_settings as check_node_settings
 from targets.schemasync.config import timing_bounds as node_timing_bounds
+from targets.schemasync.leader import leader_of
 
 log = logging.getLogger("schemachaos.target")
 
@@ -280,6 +281,22 @@ class SchemaSyncTarget:
                     )
             await asyncio.sleep(0.2)
 
+    async def primaries(self, wait_s: float) -> list[str]:
+        """The Meta Storage leader the answering nodes name (`leader.leader_of`), asked again
+        every 100 ms up to wait_s while none is named (an election)."""
+        nodes = self._cluster().nodes
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            answers = await asyncio.gather(
+                *(self._status_once(n, ADMIN_TIMEOUT_S) for n in nodes), return_exceptions=True
+            )
+            views = {n: a for n, a in zip(nodes, answers, strict=True) if isinstance(a, dict)}
+            leader = leader_of(views)
+            if leader is not None or loop.time() >= deadline:
+                return [leader] if leader is not None else []
+            await asyncio.sleep(0.1)
+
     def _dead(self, nodes: list[str]) -> list[str]:
         return [n for n in nodes if not self._running(n)]
 
@@ -293,9 +310,9 @@ class SchemaSyncTarget:
         text = " | ".join(line.strip() for line in out.stdout.splitlines() if line.strip())
         return text[-600:] or "no output"
 
-    async def _status_once(self, node: str) -> dict[str, Any]:
-        async with asyncio.timeout(2.0):
-            client = await Client.connect([self.client_address(node)], timeout=2.0)
+    async def _status_once(self, node: str, timeout_s: float = 2.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout_s):
+            client = await Client.connect([self.client_address(node)], timeout=timeout_s)
             try:
                 return await client.status()
             finally:

@@ -160,3 +160,17 @@ def test_a_matrix_reads_each_scenario_file_once(tmp_path: Path) -> None:
         opts = cell_options(cell, tmp_path, "sim")
         assert (opts.time_limit_s, opts.concurrency, opts.scenario) == (7, 2, scenario)
 
+
+def test_a_sweep_refuses_a_bad_setting_before_any_seed_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep resolves its options once: a toggle that does not exist is refused, naming
+    the scenario's key, before a child is started for any seed (each would have failed alone,
+    as an unknown run)."""
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text('seed = 1\n[target]\ntoggles = ["no-such-toggle"]\n')
+    store = tmp_path / "store"
+    argv = ["sweep", "--scenario", str(scenario), "--seeds", "3", "--store", str(store)]
+    assert main(argv) == 254
+    assert f"{scenario}: target.toggles: unknown ['no-such-toggle']" in capsys.readouterr().err
+    assert not list(store.glob("*/*/run.json"))

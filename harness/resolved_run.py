@@ -42,7 +42,8 @@ class UnresolvedRun(ValueError):
 
 @dataclass(frozen=True)
 class ResolvedRun:
-    """Everything one run is, resolved: what the orchestrator, the backend and run.json read."""
+    """Everything one run is, resolved: what the orchestrator, the backend and run.json read.
+    Run it once: its target is the one instance that run sets up and tears down."""
 
     opts: RunOptions  # as asked, with the backend's own name, the store absolute, and (for a
     # stored run) only the settings its target has

@@ -27,11 +27,11 @@ from harness.backends import (
     BackendOptionsError,
     ProvisionError,
     docker_answers,
-    resolve_backend,
     scenario_run_options,
 )
 from harness.cli_parser import build_parser
 from harness.nightly import (
+    Matrix,
     NightlyCell,
     RunOutcomeLike,
     cell_options,
@@ -42,16 +42,15 @@ from harness.nightly import (
 from harness.options import OptionRangeError, RunOptions, options_from_run_json, shape_problem
 from harness.remote_ssh import load_nodes_file
 from harness.repro_source import check_repeatable
-from harness.run import RunOutcome, build_schedule, run_test
+from harness.resolved_run import ResolvedRun, UnresolvedRun, resolve_run
+from harness.run import RunOutcome, run_test
 from harness.spark_cli import cmd_spark
 from harness.store import store_name_problem
 from harness.sweep import run_sweep_args
-from harness.target import SettingsChecker, SettingsError
-from harness.target_settings import own_settings
+from harness.target import SettingsError
 from nemesis import parse_kinds
 from reports.expectation import judge
-from targets.registry import TARGETS, load_target
-from workloads import WORKLOADS
+from targets.registry import TARGETS
 from workloads.option_ranges import RANGES
 
 
@@ -113,46 +112,55 @@ def _check_shape(opts: RunOptions, flagged: frozenset[str] = frozenset()) -> Non
         raise BadInput(f"--test-name: {why}")
 
 
-def _validate(opts: RunOptions) -> None:
-    """Refuse bad input before anything is started; raise BadInput naming the flag."""
+def _validate(
+    opts: RunOptions, *, default_nemesis: bool = False, stored: bool = False
+) -> ResolvedRun:
+    """The run resolved (harness.resolved_run), refusing bad input before anything is
+    started: BadInput naming the flag, or the scenario's key when the scenario set it."""
     _check_shape(opts)
     try:
-        backend, _ = resolve_backend(opts.backend)
-    except ProvisionError as e:
+        resolved = resolve_run(opts, default_nemesis=default_nemesis, stored=stored)
+    except (ProvisionError, BackendOptionsError) as e:
         raise BadInput(str(e)) from e
-    if opts.target not in TARGETS:
-        raise BadInput(f"--target: unknown target {opts.target!r} (known: {', '.join(TARGETS)})")
-    target = load_target(opts.target)
-    if isinstance(target, SettingsChecker):
-        try:
-            target.check_settings(opts.target_config)
-        except SettingsError as e:
-            flag = _SETTING_FLAGS.get(e.key or "")
-            if opts.scenario is not None:
-                where = f"--scenario: {opts.scenario}: target.{e.key}"
-                where += f" (or {flag})" if flag else ""
-            else:
-                where = flag or f"--target: target.{e.key}"
-            raise BadInput(f"{where}: {e.why}") from e
-    if opts.workload not in WORKLOADS:
-        raise BadInput(
-            f"--workload: unknown workload {opts.workload!r} (known: {', '.join(WORKLOADS)})"
-        )
-    if opts.nemesis:
-        nodes = [f"n{i}" for i in range(1, opts.nodes + 1)]
-        try:
-            build_schedule(opts, nodes, nodes[: opts.voters], nodes[opts.voters :])
-        except (ValueError, KeyError) as e:
-            where = "--nemesis" if opts.scenario is None else f"--scenario: {opts.scenario}"
-            raise BadInput(f"{where}: nemesis: {e}") from e
+    except SettingsError as e:
+        raise _settings_input(e, opts.scenario) from e
+    except UnresolvedRun as e:
+        raise _unresolved_input(e, opts.scenario) from e
+    store = resolved.opts.store
     try:
-        opts.store.mkdir(parents=True, exist_ok=True)
+        store.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise BadInput(f"--store: cannot create {opts.store}: {e.strerror or e}") from e
+        raise BadInput(f"--store: cannot create {store}: {e.strerror or e}") from e
     try:
-        backend.check_options(opts)
+        resolved.backend.check_options(resolved.opts)
     except BackendOptionsError as e:
         raise BadInput(str(e)) from e
+    return resolved
+
+
+def _settings_input(e: SettingsError, scenario: Path | None) -> BadInput:
+    """A target setting the target refuses, named by the scenario's key (and the flag that
+    also sets it), else by the flag, else as `--target: target.KEY`."""
+    flag = _SETTING_FLAGS.get(e.key or "")
+    if scenario is not None:
+        where = f"--scenario: {scenario}: target.{e.key}"
+        where += f" (or {flag})" if flag else ""
+    else:
+        where = flag or f"--target: target.{e.key}"
+    return BadInput(f"{where}: {e.why}")
+
+
+# The flag of each RunOptions field that names something resolution looks up or reads
+_RESOLVED_FLAGS = {"target": "--target", "workload": "--workload", "nodes_file": "--nodes-file"}
+
+
+def _unresolved_input(e: UnresolvedRun, scenario: Path | None) -> BadInput:
+    """A name or file that refers to nothing usable, named by its flag; a fault schedule
+    that cannot be built by `--nemesis`, or the scenario file that asked for it."""
+    if e.field == "nemesis":
+        where = "--nemesis" if scenario is None else f"--scenario: {scenario}"
+        return BadInput(f"{where}: nemesis: {e.why}")
+    return BadInput(f"{_RESOLVED_FLAGS.get(e.field, e.field)}: {e.why}")
 
 
 def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
@@ -207,34 +215,30 @@ def _run_options(args: argparse.Namespace) -> tuple[RunOptions, bool]:
 
 
 def _execute(
-    opts: RunOptions, show_progress: bool, default_nemesis: bool = False, verbose: bool = False
+    opts: RunOptions,
+    show_progress: bool,
+    default_nemesis: bool = False,
+    verbose: bool = False,
+    *,
+    stored: bool = False,
 ) -> tuple[int, Path]:
     _check_store_takes_runs(opts.store)
-    try:
-        backend, why = resolve_backend(opts.backend)
-    except ProvisionError as e:
-        raise BadInput(str(e)) from e
-    # absolute: local nodes run in their own directory under the store, and cd there first
-    opts = replace(opts, backend=backend.name, store=opts.store.resolve())
-    unavailable = backend.unavailable_kinds()
-    if unavailable and default_nemesis:
-        opts = replace(opts, nemesis=tuple(k for k in opts.nemesis if k not in unavailable))
-    _validate(opts)  # bad input is its one line alone: the notes below only for a run
-    print(f"schemachaos: {why}", file=sys.stderr)
-    if unavailable:
+    resolved = _validate(opts, default_nemesis=default_nemesis, stored=stored)
+    print(f"schemachaos: {resolved.backend_why}", file=sys.stderr)
+    if resolved.unavailable_kinds:
         print(
-            f"schemachaos: the {backend.name} backend cannot inject "
-            f"{', '.join(sorted(unavailable))} here (not root: iptables/tc)",
+            f"schemachaos: the {resolved.backend.name} backend cannot inject "
+            f"{', '.join(sorted(resolved.unavailable_kinds))} here (not root: iptables/tc)",
             file=sys.stderr,
         )
     if not show_progress and not verbose:
-        outcome = run_test(opts)
+        outcome = run_test(resolved)
     else:
         from harness.progress import LineProgress, run_display
 
         display = run_display(verbose) if show_progress else LineProgress(sys.stderr, verbose)
         with display:
-            outcome = run_test(opts, progress=display.update if show_progress else None)
+            outcome = run_test(resolved, progress=display.update if show_progress else None)
     return _report_outcome(outcome)
 
 
@@ -303,9 +307,11 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise BadInput(f"RUN_DIR: no run.json in {args.run_dir}")
     try:
         check_repeatable(run_json)
-        opts = own_settings(options_from_run_json(run_json, args.store))
+        opts = options_from_run_json(run_json, args.store)
     except (ValueError, KeyError, TypeError) as e:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
+    if opts.target not in TARGETS:  # the run's own name for it, not a flag of repro's
+        raise BadInput(f"RUN_DIR: {run_json}: unknown target {opts.target!r}")
     if args.backend:
         opts = replace(opts, backend=args.backend)
     try:  # as `run` checks it, on every backend's path
@@ -314,7 +320,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
         raise BadInput(f"RUN_DIR: {run_json}: {e}") from e
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
-    code, new_dir = _execute(opts, show_progress=not args.no_progress, verbose=args.verbose)
+    code, new_dir = _execute(
+        opts, show_progress=not args.no_progress, verbose=args.verbose, stored=True
+    )
     before, after = _classes(run_dir), _classes(new_dir)
     if before is not None and after is not None:
         if before == after:
@@ -432,50 +440,50 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from harness.cluster import clean, collect_dead_catalogs
 
+    hosts = []
     if args.nodes_file is not None:
         try:
-            load_nodes_file(args.nodes_file)
+            hosts = load_nodes_file(args.nodes_file)
         except ConfigError as e:
             raise BadInput(f"--nodes-file: {e}") from e
     for note in collect_dead_catalogs(args.store, args.run_id):  # before the nodes go
         print(note)
-    removed = clean(run_id=args.run_id, store=args.store, nodes_file=args.nodes_file)
+    removed = clean(run_id=args.run_id, store=args.store, hosts=hosts)
     for item in removed:
         print(f"removed {item}")
     print(f"clean: {len(removed)} item(s) removed")
     return 0
 
 
-def _check_matrix(path: Path, backend: str | None = None) -> None:
-    """The whole matrix is read before the first cell runs: a typo in it, or in a scenario
-    file it names, is bad input now, not a failed cell hours into the night."""
+def _check_matrix(
+    path: Path, store: Path, backend: str | None = None
+) -> tuple[Matrix, dict[str, ResolvedRun]]:
+    """The whole matrix is read before the first cell runs, and every cell resolved as `run`
+    resolves its run (a target setting, a toggle, a nemesis for the cluster's shape): a typo
+    in it, or in a scenario file it names, is bad input now, with the cell named, not a
+    failed cell hours into the night. The cells' runs are left for judging together."""
     if not path.is_file():
         raise BadInput(f"--matrix: file not found: {path}")
     try:
         matrix = load_matrix(path)
     except ConfigError as e:
         raise BadInput(f"--matrix: {e}") from e
-    for scenario in matrix.scenarios:
-        if scenario.scenario_file:
-            try:
-                scenario_run_options(Path(scenario.scenario_file))
-            except ConfigError as e:
-                where = f"--matrix: {path}: scenario {scenario.name!r}: scenario_file"
-                raise _scenario_problem(where, e) from e
-    # every cell as `run` would check it (a target setting, a toggle, a nemesis for the
-    # cluster's shape): refused now with the cell named, not an unknown cell at night
+    runs = {}
     for cell in matrix.cells():
         try:
-            _validate(cell_options(cell, Path("."), backend))
+            opts = replace(cell_options(cell, store, backend), no_analyze=True)
+            runs[cell.name] = _validate(opts)
         except OptionRangeError as e:  # the matrix checks ranges: a guard, named all the same
             raise BadInput(f"--matrix: {path}: cell {cell.name}: {e}") from e
         except BadInput as e:
             raise BadInput(f"--matrix: {path}: cell {cell.name}: {e}") from e
+    return matrix, runs
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    _check_matrix(args.matrix, args.backend)
-    run_cell = harness_runner(args.backend, analyze=False)  # judged together after the night
+    store = args.store.resolve()
+    matrix, runs = _check_matrix(args.matrix, store, args.backend)
+    run_cell = harness_runner(runs)
 
     def run_or_stop(cell: NightlyCell, store: Path) -> RunOutcomeLike:
         """Ctrl-C stops the night, not only the cell it came in (run_test absorbs it)."""
@@ -484,9 +492,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
         return outcome
 
-    night = run_nightly(
-        args.matrix, store=args.store.resolve(), runner=run_or_stop, judge_together_after=True
-    )
+    night = run_nightly(matrix, store=store, runner=run_or_stop, judge_together_after=True)
     return night.exit_code
 
 

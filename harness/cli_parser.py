@@ -25,6 +25,10 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
+# What `add_subparsers` returns: each command's function adds its parser to it
+Subparsers = argparse._SubParsersAction
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -110,13 +114,27 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser: one function each, in the order `--help` lists them."""
     parser = Parser(
         prog="schemachaos",
         description="Jepsen-style chaos testing of schema synchronization.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    _add_run(sub)
+    _add_analyze(sub)
+    _add_report(sub)
+    _add_repro(sub)
+    _add_serve(sub)
+    _add_images(sub)
+    _add_clean(sub)
+    _add_nightly(sub)
+    add_sweep_command(sub)
+    add_spark_commands(sub)
+    return parser
 
+
+def _add_run(sub: Subparsers) -> None:
     run = sub.add_parser(
         "run",
         help="run a chaos test end to end",
@@ -125,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
             "analyze it. Flags override the fields of --scenario."
         ),
     )
+    _add_cluster_flags(run)
+    _add_workload_flags(run)
+    _add_target_flags(run)
+    _add_run_output_flags(run)
+
+
+def _add_cluster_flags(run: argparse.ArgumentParser) -> None:
+    """Where the nodes run and how many; the ranged ones say their range in their help."""
     run.add_argument(
         "--backend",
         choices=backend_choices(),
@@ -154,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="TOML of [[nodes]] name, host, port, user, key (ssh backend)",
     )
+
+
+def _add_workload_flags(run: argparse.ArgumentParser) -> None:
+    """What the clients and the nemesis do, for how long, from which seed, into which store."""
     run.add_argument(
         "--time-limit",
         type=_in_range("time_limit_s"),
@@ -194,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--store", type=Path, default=None, help="results store (./store)")
     run.add_argument("--scenario", type=Path, default=None, help="scenario file (TOML)")
+
+
+def _add_target_flags(run: argparse.ArgumentParser) -> None:
+    """The database under test and the settings of schemasync's that are also flags."""
     run.add_argument(
         "--delay-ms",
         type=_bounded_ms(1, MAX_SETTING_MS),
@@ -225,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="local backend: node i binds base+i (127.0.0.10 -> n1 on 127.0.0.11)",
     )
+
+
+def _add_run_output_flags(run: argparse.ArgumentParser) -> None:
+    """What the run shows while it goes and what its exit code judges."""
     run.add_argument("--no-analyze", action="store_true", help="record only; no checker, no report")
     run.add_argument(
         "--no-progress",
@@ -241,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 only if the anomaly classes found are exactly the scenario's `expect`",
     )
 
+
+def _add_analyze(sub: Subparsers) -> None:
     analyze = sub.add_parser("analyze", help="check a stored run (writes results.json)")
     analyze.add_argument(
         "run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="one or more run directories"
@@ -251,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--spark-remote", default=None, help="a Spark Connect server (sc://HOST:15002)"
     )
 
+
+def _add_report(sub: Subparsers) -> None:
     report = sub.add_parser("report", help="render report.html, junit.xml and plots of a run")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     report.add_argument(
@@ -258,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the pages here instead (a read-only or archived run directory)",
     )  # fmt: skip
 
+
+def _add_repro(sub: Subparsers) -> None:
     repro = sub.add_parser("repro", help="run again with a stored run's seed and options")
     repro.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     repro.add_argument("--backend", choices=backend_choices(), default=None)
@@ -266,16 +310,22 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--no-progress", action="store_true")
     repro.add_argument("-v", "--verbose", action="store_true")
 
+
+def _add_serve(sub: Subparsers) -> None:
     serve = sub.add_parser("serve", help="browse the store over HTTP")
     serve.add_argument("--store", type=Path, default=Path("store"))
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8080)
 
+
+def _add_images(sub: Subparsers) -> None:
     images = sub.add_parser("images", help="node images")
     images_sub = images.add_subparsers(dest="images_command", required=True, parser_class=Parser)
     build = images_sub.add_parser("build", help="build the node image (cached by content hash)")
     build.add_argument("--force", action="store_true", help="rebuild even when tags exist")
 
+
+def _add_clean(sub: Subparsers) -> None:
     clean_help = (
         "remove what schemachaos runs left: without --run-id everything of ours, of every run "
         "(runs still going too, and the Spark cluster); with it, that run's only"
@@ -293,10 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--nodes-file", type=Path, default=None, help="also clean the ssh backend's hosts"
     )
 
+
+def _add_nightly(sub: Subparsers) -> None:
     nightly = sub.add_parser("nightly", help="run a matrix of scenarios and gate on the results")
     nightly.add_argument("--matrix", type=Path, required=True, metavar="FILE")
     nightly.add_argument("--store", type=Path, default=Path("store"))
     nightly.add_argument("--backend", choices=backend_choices(), default=None)
-    add_sweep_command(sub)
-    add_spark_commands(sub)
-    return parser

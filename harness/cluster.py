@@ -17,9 +17,10 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from contract.rundir import CATALOG
 from harness.cluster_spec import (
@@ -34,6 +35,9 @@ from harness.cluster_spec import (
     split_roles,
 )
 from harness.remote import Remote, RemoteError
+
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
 
 log = logging.getLogger("schemachaos.cluster")
 
@@ -192,15 +196,15 @@ def _other_leases(remote: Remote, run_id: str) -> list[str]:
     return sorted(r for r in held if not r.endswith(".log") and r != run_id)
 
 
-def clean_ssh_hosts(nodes_file: Path, run_id: str | None = None) -> list[str]:
+def clean_ssh_hosts(hosts: Sequence[SshHost], run_id: str | None = None) -> list[str]:
     """On the hosts of a nodes file: kill our node processes, delete our iptables rules.
 
     A host holds one run's nodes at a time (their directories are fixed), so with `run_id` a
     host another run holds a lease on is left alone and named."""
-    from harness.remote_ssh import SshRemote, load_nodes_file
+    from harness.remote_ssh import SshRemote
 
     removed: list[str] = []
-    for h in load_nodes_file(nodes_file):
+    for h in hosts:
         remote = SshRemote(
             h.name, h.host, port=h.port, user=h.user, key_file=h.key, known_hosts=h.known_hosts
         )
@@ -222,12 +226,13 @@ def clean_ssh_hosts(nodes_file: Path, run_id: str | None = None) -> list[str]:
 
 
 def clean(
-    run_id: str | None = None, store: Path | None = None, nodes_file: Path | None = None
+    run_id: str | None = None, store: Path | None = None, hosts: Sequence[SshHost] = ()
 ) -> list[str]:
     """Remove what schemachaos left: containers, networks, tagged processes, iptables rules,
-    reapers and watchdogs, temp areas (and, given a nodes file, our processes and rules on
-    those hosts). run_id None means every run's (and the Spark cluster); a run id means only
-    that run's, matched exactly; an empty or malformed id is refused (ValueError)."""
+    reapers and watchdogs, temp areas (and, given the hosts of a nodes file, our processes
+    and rules on those hosts). run_id None means every run's (and the Spark cluster); a run
+    id means only that run's, matched exactly; an empty or malformed id is refused
+    (ValueError)."""
     from harness.reaper import remove_guards
     from harness.remote_local import kill_tagged
 
@@ -251,8 +256,8 @@ def clean(
         removed += remove_iptables_rules(recorded_addresses(store, run_id), run_id=run_id)
     removed += remove_guards(run_id)  # the runs' reaper containers and local watchdogs
     removed += _remove_temp_areas(store, run_id)
-    if nodes_file is not None:
-        removed += clean_ssh_hosts(nodes_file, run_id)
+    if hosts:
+        removed += clean_ssh_hosts(hosts, run_id)
     return removed
 
 

@@ -10,8 +10,12 @@ import shlex
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.remote import Remote
+
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
 
 IPTABLES_COMMENT = "schemachaos"
 # A run's own mark on a rule, beside IPTABLES_COMMENT: `clean --run-id` removes a rule carrying
@@ -40,6 +44,7 @@ class ClusterSpec:
     nodes: int = 5
     voters: int = 3
     nodes_file: Path | None = None
+    hosts: tuple[SshHost, ...] | None = None  # the nodes file as the run read it
     image: str | None = None
     local_base: str = "127.0.0.10"
     ready_timeout_s: float = 60.0

@@ -33,6 +33,7 @@ from contract.exit_codes import EXIT_CRASH
 from contract.rundir import RESULTS, RUN_JSON
 from harness.backends import scenario_run_options
 from harness.options import RunOptions
+from harness.resolved_run import ResolvedRun, resolve_run
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
 from nemesis import parse_kinds
@@ -98,6 +99,7 @@ class Scenario:
     expect: tuple[str, ...] = ()  # empty: the run must be valid
     nemeses: tuple[str, ...] | None = None  # restrict to these nemesis names
     options: Mapping[str, Any] = field(default_factory=dict)  # extra RunOptions fields
+    file_options: Mapping[str, Any] = field(default_factory=dict)  # its scenario file's, read
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,17 @@ def _check_range(path: Path, where: str, field: str, value: object) -> None:
         raise ConfigError(where, why, file=path)
 
 
+def _scenario_file(path: Path, where: str, scenario_file: str | None) -> dict[str, Any]:
+    """The run options of a row's scenario file, read once with the matrix (its cells all
+    start from them); its problem is named under the row's `scenario_file` key."""
+    if not scenario_file:
+        return {}
+    try:
+        return scenario_run_options(Path(scenario_file))
+    except ConfigError as e:
+        raise ConfigError(f"{where}.scenario_file", str(e), file=path) from e
+
+
 def load_matrix(path: Path) -> Matrix:
     """Read and check the whole matrix; ConfigError names the file, the key and what is
     allowed. A scenario that selects no cell, or a name that refers to nothing (a nemesis
@@ -255,6 +268,7 @@ def load_matrix(path: Path) -> Matrix:
                 expect=tuple(s.expect),
                 nemeses=tuple(s.nemeses) if s.nemeses is not None else None,
                 options=extra,
+                file_options=_scenario_file(path, where, s.scenario_file),
             )
         )
     if not parsed.seeds:
@@ -299,9 +313,8 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     options, and what the cell fixes (nemesis, seed, test name)."""
     given: dict[str, Any] = {}
     if cell.scenario.scenario_file:
-        path = Path(cell.scenario.scenario_file)
-        given.update(scenario_run_options(path))
-        given["scenario"] = path
+        given.update(cell.scenario.file_options)
+        given["scenario"] = Path(cell.scenario.scenario_file)
     given.update(cell.defaults)
     given.update(cell.scenario.options)
     if cell.scenario.workload:
@@ -323,13 +336,24 @@ def cell_options(cell: NightlyCell, store: Path, backend: str | None = None) -> 
     return RunOptions(**given)
 
 
-def harness_runner(backend: str | None = None, analyze: bool = True) -> Runner:
-    """The real runner: each cell through harness.run.run_test with the cell's options.
-    `analyze=False` leaves the judging to `run_nightly(..., judge_together=True)`."""
+def resolve_cells(
+    matrix: Matrix, store: Path, backend: str | None = None, analyze: bool = True
+) -> dict[str, ResolvedRun]:
+    """Every cell's run resolved (harness.resolved_run), by cell name, before the first runs.
+    `analyze=False` leaves the judging to `run_nightly(..., judge_together_after=True)`."""
+    runs = {}
+    for cell in matrix.cells():
+        opts = cell_options(cell, store, backend)
+        runs[cell.name] = resolve_run(opts if analyze else replace(opts, no_analyze=True))
+    return runs
+
+
+def harness_runner(runs: Mapping[str, ResolvedRun]) -> Runner:
+    """The real runner: each cell's run, as resolved before the night, through
+    harness.run.run_test (its store is the one it was resolved with)."""
 
     def run_cell(cell: NightlyCell, store: Path) -> RunOutcomeLike:
-        opts = cell_options(cell, store, backend)
-        return run_test(opts if analyze else replace(opts, no_analyze=True))
+        return run_test(runs[cell.name])
 
     return run_cell
 
@@ -419,7 +443,7 @@ def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...
 
 
 def run_nightly(
-    matrix_file: Path,
+    matrix: Matrix | Path,
     store: Path = Path("store"),
     runner: Runner | None = None,
     backend: str | None = None,
@@ -427,10 +451,11 @@ def run_nightly(
     *,
     judge_together_after: bool = False,
 ) -> NightlyResult:
-    """Run every cell (a crash is recorded, not fatal), then summarize with one Spark job.
-    `judge_together_after`: the runner left its runs unanalyzed (harness_runner(analyze=
-    False)); they are judged together in one Spark application before the summary."""
-    matrix = load_matrix(Path(matrix_file))
+    """Run every cell of the matrix (read already, or its file) (a crash is recorded, not
+    fatal), then summarize with one Spark job. `judge_together_after`: the runner left its
+    runs unanalyzed (resolve_cells(analyze=False)); they are judged together in one Spark
+    application before the summary."""
+    matrix = matrix if isinstance(matrix, Matrix) else load_matrix(Path(matrix))
     store = Path(store)
     night = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%S")
     out_dir = store / "nightly" / night
@@ -439,7 +464,8 @@ def run_nightly(
         n += 1
         out_dir = store / "nightly" / f"{night}-{n}"
     out_dir.mkdir(parents=True)
-    outcomes = run_cells(matrix.cells(), store, runner or harness_runner(backend))
+    runner = runner or harness_runner(resolve_cells(matrix, store, backend))
+    outcomes = run_cells(matrix.cells(), store, runner)
     crash = None
     if judge_together_after:
         outcomes, crash = judge_together(outcomes, spark_master)

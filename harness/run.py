@@ -20,21 +20,20 @@ from typing import Any
 
 from contract.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS
-from harness.backends import BACKENDS, Backend, provision, resolve_backend
+from harness.backends import BACKENDS, Backend, provision
 from harness.backends.base import BackendOptionsError, FaultPlayer, RunClock
 from harness.cluster import (
     Cluster,
-    ClusterSpec,
     ProvisionError,
     Terminated,
     ignore_signals,
-    split_roles,
     teardown_on_signals,
 )
 from harness.monitor import ClusterMonitor
 from harness.options import RunOptions
 from harness.provenance import distribution_version, provenance, target_version
 from harness.remote import in_thread, run_to_end
+from harness.resolved_run import ResolvedRun, UnresolvedRun, resolve_run
 from harness.store import (
     RunDir,
     controller_logging,
@@ -51,12 +50,8 @@ from harness.target import (
     Target,
     TargetSetupError,
 )
-from harness.target_settings import run_json_config, timing_bounds
-from nemesis import build_schedule as nemesis_schedule
+from harness.target_settings import run_json_config
 from nemesis import schedule_to_json
-from nemesis.schedule import NemesisStep
-from targets.registry import load_target
-from workloads import build_generator
 from workloads.final import final_reads, tables_and_indexes
 from workloads.history import HistoryRecorder
 from workloads.runner import run_clients
@@ -126,58 +121,28 @@ class RunProgress:
 ProgressSink = Callable[[RunProgress], None]
 
 
-def build_schedule(
-    opts: RunOptions, nodes: list[str], voters: list[str], learners: list[str]
-) -> list[NemesisStep]:
-    """The run's fault schedule (empty without nemeses); ValueError names a bad kind/option."""
-    if not opts.nemesis:
-        return []
-    max_skew_ms, delay_ms = timing_bounds(opts)
-    return nemesis_schedule(
-        list(opts.nemesis),
-        opts.nemesis_interval_s,
-        opts.time_limit_s,
-        opts.seed,
-        nodes,
-        voters,
-        learners,
-        max_skew_s=max_skew_ms / 1000.0,
-        options={"delay_ms": delay_ms, **opts.nemesis_options},
-    )
-
-
-def run_json(
-    opts: RunOptions,
-    run: RunDir,
-    backend: str,
-    nodes: list[str],
-    voters: list[str],
-    learners: list[str],
-    schedule: list[NemesisStep],
-    start_wall_ms: int,
-    target_clock: str,
-    capabilities: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+def run_json(resolved: ResolvedRun, run: RunDir, start_wall_ms: int) -> dict[str, Any]:
     """run.json of history.md: how this run was made, with the nemesis schedule as data, the
     scenario's `expect` (reports judge by it as --gate does) and the provenance."""
+    opts, target = resolved.opts, resolved.target
     installed = distribution_version("schemachaos")
     version = HARNESS_VERSION if installed == "unknown" else installed
     return {
         "test": run.test,
         "run_id": run.run_id,
         "seed": opts.seed,
-        "backend": backend,
+        "backend": resolved.backend.name,
         "target": opts.target,
-        "clock": target_clock,
-        "capabilities": sorted(capabilities),  # e.g. per-node-copies: replica-divergence applies
-        "nodes": nodes,
-        "voters": voters,
-        "learners": learners,
-        "config": run_json_config(opts),
+        "clock": target.clock,
+        "capabilities": sorted(target.capabilities),  # e.g. per-node-copies: replica-divergence
+        "nodes": list(resolved.nodes),
+        "voters": list(resolved.voters),
+        "learners": list(resolved.learners),
+        "config": run_json_config(resolved.settings),
         "nemesis": {
             "kinds": list(opts.nemesis),
             "interval_s": opts.nemesis_interval_s,
-            "schedule": schedule_to_json(schedule),
+            "schedule": schedule_to_json(list(resolved.schedule)),
             "options": opts.nemesis_options,
         },
         "workload": {
@@ -212,10 +177,13 @@ def unknown_results(errors: list[str]) -> dict[str, Any]:
     }
 
 
-def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutcome:
-    """Run one test; always returns (never raises for setup or run failures). Exit code 130
-    when Ctrl-C stopped it, so the caller can stop too (a nightly matrix must not go on)."""
-    own = BACKENDS.get(opts.backend)
+def run_test(given: ResolvedRun | RunOptions, progress: ProgressSink | None = None) -> RunOutcome:
+    """Run one test; always returns (never raises for setup or run failures). `given` is a
+    run its caller resolved (refusing bad input first), or options resolved here: options
+    that cannot be are a run whose setup failed. Exit code 130 when Ctrl-C stopped it, so the
+    caller can stop too (a nightly matrix must not go on)."""
+    opts = given.opts if isinstance(given, ResolvedRun) else given
+    own = given.backend if isinstance(given, ResolvedRun) else BACKENDS.get(opts.backend)
     if own is not None and own.hash_seed not in (None, os.environ.get("PYTHONHASHSEED")):
         from harness.reexec import run_in_child  # a run whose sets must iterate in one order
 
@@ -234,37 +202,23 @@ def run_test(opts: RunOptions, progress: ProgressSink | None = None) -> RunOutco
     try:
         with teardown_on_signals():
             try:
-                backend, why = resolve_backend(opts.backend)
-                state.backend = backend.name
-                log.info(why)
-                nodes = backend.node_layout(opts)
-                voters, learners = split_roles(nodes, min(opts.voters, len(nodes)))
-                target = backend.target_for(load_target(opts.target))
-                schedule = build_schedule(opts, nodes, voters, learners)
-                clock = backend.clock()
-                write_json(
-                    run.run_json,
-                    run_json(
-                        opts,
-                        run,
-                        backend.name,
-                        nodes,
-                        voters,
-                        learners,
-                        schedule,
-                        clock.start_wall_ms,
-                        target.clock,
-                        target.capabilities,
-                    ),
-                )
+                resolved = given if isinstance(given, ResolvedRun) else resolve_run(given)
+                state.backend = resolved.backend.name
+                log.info(resolved.backend_why)
+                clock = resolved.backend.clock()
+                write_json(run.run_json, run_json(resolved, run, clock.start_wall_ms))
                 recorder = ObservedRecorder(run.history, clock.start_ns, state, notify, clock)
-                _run_cluster(
-                    RunParts(opts, run, backend, target, schedule, recorder, state, notify)
-                )
+                _run_cluster(RunParts(resolved, run, recorder, state, notify))
             except KeyboardInterrupt as e:
                 interrupted = str(e) or "SIGINT"
                 raise
-            except (ProvisionError, ImportError, TargetSetupError, BackendOptionsError) as e:
+            except (
+                ProvisionError,
+                ImportError,
+                TargetSetupError,
+                BackendOptionsError,
+                UnresolvedRun,
+            ) as e:
                 errors.append(f"setup failed: {e}")
                 log.error("setup failed: %s", e)
             except Exception as e:
@@ -326,16 +280,26 @@ class ObservedRecorder(HistoryRecorder):
 
 @dataclass(frozen=True)
 class RunParts:
-    """What the cluster part of a run works with, from provisioning to teardown."""
+    """What the cluster part of a run works with, from provisioning to teardown: the run as
+    resolved, and where its record and progress go."""
 
-    opts: RunOptions
+    resolved: ResolvedRun
     run: RunDir
-    backend: Backend
-    target: Target
-    schedule: list[NemesisStep]
     recorder: ObservedRecorder
     state: RunProgress
     notify: Callable[[], None]
+
+    @property
+    def opts(self) -> RunOptions:
+        return self.resolved.opts
+
+    @property
+    def backend(self) -> Backend:
+        return self.resolved.backend
+
+    @property
+    def target(self) -> Target:
+        return self.resolved.target
 
 
 def _run_cluster(p: RunParts) -> None:
@@ -355,18 +319,8 @@ def _run_cluster(p: RunParts) -> None:
 
 
 async def _cluster_part(p: RunParts) -> None:
-    opts, run, target, state, notify = p.opts, p.run, p.target, p.state, p.notify
-    image = await in_thread(p.backend.node_image, target)
-    spec = ClusterSpec(
-        backend=p.backend.name,
-        nodes=opts.nodes,
-        voters=opts.voters,
-        nodes_file=opts.nodes_file,
-        image=image,
-        local_base=opts.local_base,
-        ready_timeout_s=opts.ready_timeout_s,
-        seed=opts.seed,
-    )
+    run, state, notify = p.run, p.state, p.notify
+    spec = p.resolved.cluster_spec(await in_thread(p.backend.node_image, p.target))
     if spec.image is not None:
         _update_provenance(run, "images", {"node": spec.image})
     state.set_phase("provisioning")
@@ -474,30 +428,19 @@ async def _salvage_catalog(p: RunParts, faults: FaultPlayer | None) -> None:
 
 
 async def _exercise_to_end(p: RunParts, cluster: Cluster, holder: list[FaultPlayer]) -> None:
-    opts, run, target, schedule, recorder, state, notify = (
+    opts, run, target, recorder, state, notify = (
         p.opts,
         p.run,
         p.target,
-        p.schedule,
         p.recorder,
         p.state,
         p.notify,
     )
-    options = dict(opts.workload_options)
-    options.setdefault("nodes", cluster.nodes)
-    generator = build_generator(opts.workload, opts.seed, opts.concurrency, options)
+    schedule = list(p.resolved.schedule)
+    generator = p.resolved.generator()
     faults: FaultPlayer | None = None
     if schedule:
-        max_skew_ms, delay_ms = timing_bounds(opts)
-        config = {
-            **opts.nemesis_options,
-            "max_skew_ms": max_skew_ms,
-            "delay_ms": delay_ms,
-            "interval_s": opts.nemesis_interval_s,
-            "kinds": list(opts.nemesis),
-            "seed": opts.seed,
-        }
-        faults = p.backend.fault_player(cluster, target, config)
+        faults = p.backend.fault_player(cluster, target, p.resolved.fault_config())
         holder.append(faults)
 
     def on_progress(counts: dict[str, Any]) -> None:

@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Any
 from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_BAD_INPUT, EXIT_UNKNOWN
 from contract.rundir import RESULTS
-from harness.backends import scenario_run_options
+from harness.backends import BackendOptionsError, ProvisionError, scenario_run_options
 from harness.backends.sim import HASH_SEED, SimBackend
 from harness.options import RunOptions, shape_problem
 from harness.reexec import child_command, child_env, options_to_json
+from harness.resolved_run import resolve_run
 from harness.run import unknown_results
 from harness.store import store_name_problem, write_json
+from harness.target import SettingsError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,9 +133,23 @@ def repro_command(scenario: str, seed: int, time_limit: float | None) -> str:
     return shlex.join(cmd)
 
 
-def _start(args: argparse.Namespace, seed: int) -> subprocess.Popen[str]:
-    ns = argparse.Namespace(**{**vars(args), "seed": seed, "no_analyze": True})
-    payload = options_to_json(options_from_args(ns))
+def seed_options(args: argparse.Namespace) -> RunOptions:
+    """The sweep's run options, every seed's but the seed (the scenario file read once),
+    checked once as `run` resolves a run: a bad setting or nemesis is refused before any
+    child starts, not found by every seed alone."""
+    ns = argparse.Namespace(**{**vars(args), "seed": args.first_seed, "no_analyze": True})
+    opts = options_from_args(ns)
+    try:
+        resolved = resolve_run(opts)
+    except SettingsError as e:  # the scenario's [target] table set it
+        raise ConfigError(f"target.{e.key}", e.why, file=Path(args.scenario)) from e
+    resolved.backend.check_options(resolved.opts)
+    return resolved.opts
+
+
+def _start(opts: RunOptions, seed: int) -> subprocess.Popen[str]:
+    """One seed's run in a child (the sim backend's hash seed), resolved there."""
+    payload = options_to_json(dataclasses.replace(opts, seed=seed))
     proc = subprocess.Popen(
         child_command(),
         stdin=subprocess.PIPE,
@@ -189,6 +205,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
     if args.seeds < 1 or args.jobs < 1:
         raise ValueError("--seeds and --jobs must be at least 1")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    opts = seed_options(args)
     started = time.monotonic()
     running: dict[int, tuple[subprocess.Popen[str], float]] = {}
     results: list[SeedResult] = []
@@ -196,7 +213,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
     stop = False
     try:
         while (seeds or running) and not stop:
-            _fill(args, seeds, running, started)
+            _fill(args, opts, seeds, running, started)
             if not running:
                 break
             done = [s for s, (p, _) in running.items() if p.poll() is not None]
@@ -204,7 +221,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
                 time.sleep(POLL_S)
                 continue
             simulated = [_collect(seed, *running.pop(seed)) for seed in sorted(done)]
-            _fill(args, seeds, running, started)
+            _fill(args, opts, seeds, running, started)
             for sim in simulated:
                 if sim.exit_code == 0 and not _alive(spark):
                     spark = _session(spark)
@@ -235,6 +252,7 @@ def sweep(args: argparse.Namespace) -> list[SeedResult]:
 
 def _fill(
     args: argparse.Namespace,
+    opts: RunOptions,
     seeds: list[int],
     running: dict[int, tuple[subprocess.Popen[str], float]],
     started: float,
@@ -244,7 +262,7 @@ def _fill(
         return
     while seeds and len(running) < args.jobs:
         seed = seeds.pop(0)
-        running[seed] = (_start(args, seed), time.monotonic())
+        running[seed] = (_start(opts, seed), time.monotonic())
 
 
 def _session(dead: SparkSession | None = None) -> SparkSession:
@@ -269,7 +287,7 @@ def _alive(spark: SparkSession | None) -> bool:
 def run_sweep_args(args: argparse.Namespace) -> int:
     try:
         results = sweep(args)
-    except (ConfigError, ValueError, OSError) as e:
+    except (ConfigError, ValueError, OSError, ProvisionError, BackendOptionsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     failed = sorted((r for r in results if r.exit_code == 1), key=lambda r: r.seed)

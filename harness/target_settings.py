@@ -1,14 +1,13 @@
 """A run's target settings as the target reads them: checked and with its defaults (run.json's
-`config`), and the timing bounds the clock and delay nemeses work against."""
+`config`), and the timing bounds the clock and delay nemeses work against. Each takes the
+target the run resolved (harness.resolved_run), never its name: it is looked up once."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
-from harness.options import RunOptions
-from harness.target import SettingsChecker, SettingsError, TimingBounds
-from targets.registry import load_target
+from harness.target import SettingsChecker, SettingsError, Target, TimingBounds
 
 # What the clock and delay nemeses assume of a target that states no CSmax or DD of its own
 DEFAULT_MAX_SKEW_MS = 500
@@ -25,35 +24,32 @@ RUN_JSON_CONFIG_KEYS: dict[str, Any] = {
 }
 
 
-def run_json_config(opts: RunOptions) -> dict[str, Any]:
+def run_json_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     """run.json's `config`: the contract's keys, then the target's settings as it runs them."""
-    return {**RUN_JSON_CONFIG_KEYS, **effective_config(opts)}
+    return {**RUN_JSON_CONFIG_KEYS, **settings}
 
 
-def effective_config(opts: RunOptions) -> dict[str, Any]:
+def effective_config(target: Target, config: Mapping[str, Any]) -> dict[str, Any]:
     """The target's settings with its defaults filled in; SettingsError names a bad key."""
-    target = load_target(opts.target)
     if isinstance(target, SettingsChecker):
-        return target.check_settings(opts.target_config)
-    return dict(opts.target_config)
+        return target.check_settings(config)
+    return dict(config)
 
 
-def timing_bounds(opts: RunOptions) -> tuple[int, int]:
+def timing_bounds(target: Target, config: Mapping[str, Any]) -> tuple[int, int]:
     """CSmax and DD in ms: the target's own, else the nemeses' defaults."""
-    target = load_target(opts.target)
     if isinstance(target, TimingBounds):
-        return target.timing_bounds(opts.target_config)
+        return target.timing_bounds(config)
     return DEFAULT_MAX_SKEW_MS, DEFAULT_DELAY_MS
 
 
-def own_settings(opts: RunOptions) -> RunOptions:
-    """`opts` without the run.json contract keys that its target does not have (a stored
+def own_settings(target: Target, config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` without the run.json contract keys that the target does not have (a stored
     PostgreSQL run's `config.toggles`, say), so that `repro` gives the target its own
     settings only."""
-    target = load_target(opts.target)
+    settings = dict(config)
     if not isinstance(target, SettingsChecker):
-        return opts
-    settings = dict(opts.target_config)
+        return settings
     for _ in range(len(RUN_JSON_CONFIG_KEYS)):
         try:
             target.check_settings(settings)
@@ -63,4 +59,4 @@ def own_settings(opts: RunOptions) -> RunOptions:
             del settings[e.key]
         else:
             break
-    return replace(opts, target_config=settings)
+    return settings

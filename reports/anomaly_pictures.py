@@ -26,6 +26,7 @@ MAX_PICTURES = 50
 EXPLANATION_CHARS = 150
 MAX_ROWS = 12  # witness ops drawn per picture; the rest are counted
 WIDTH, GUTTER, ROW, TOP = 960, 190, 26, 60
+PLOT_WIDTH = WIDTH - GUTTER - 20  # the time axis, between the row labels and the right edge
 TS_MARKS = (("op_ts", "op_ts", "diamond"), ("commit_ts", "commit_ts", "square"))
 SAFE_BEHIND, SAFE_PAST = "#c7c7c7", "#4c9a6a"
 
@@ -159,6 +160,17 @@ def _safe_rows(data: RunData, activation: Activation, lo: float, hi: float) -> l
     return out
 
 
+@dataclass(frozen=True)
+class _Axis:
+    """The picture's time window (seconds on the workload's clock) and where a time lands."""
+
+    lo: float
+    hi: float
+
+    def x(self, t: float) -> float:
+        return round(GUTTER + (t - self.lo) / (self.hi - self.lo) * PLOT_WIDTH, 1)
+
+
 def _picture(
     data: RunData, index: _OpIndex, number: int, anomaly: Mapping[str, Any]
 ) -> AnomalyPicture | None:
@@ -170,21 +182,62 @@ def _picture(
     shown = ops[:MAX_ROWS]
     hidden = max(0, len(ops) - MAX_ROWS) + max(0, len(events) - 2 * MAX_ROWS)
     times = [t for op in shown for t in (op.start, op.end, *(m[1] for m in op.marks))]
-    lo, hi = min(times), max(times)
-    activation = _nearest_activation(data, lo, hi)
+    activation = _nearest_activation(data, min(times), max(times))
     ddl = _ddl_op(data, activation.catalog_version) if activation else None
+    axis = _axis(times, activation, ddl)
+    safe = _safe_rows(data, activation, axis.lo, axis.hi) if activation is not None else []
+    rows = _rows(axis, shown, activation, ddl)
+    words = str(anomaly.get("explanation", ""))[:600]
+    explanation = textwrap.wrap(words, EXPLANATION_CHARS)[:4]
+    top = TOP + 14 * max(0, len(explanation) - 1)
+    y_safe = top + len(rows) * ROW + (18 if hidden else 0) + (12 if safe else 0)
+    svg = render_fragment(
+        "anomaly.svg",
+        width=WIDTH,
+        height=y_safe + len(safe) * ROW + 46,
+        gutter=GUTTER,
+        top=top,
+        row_h=ROW,
+        plot_right=GUTTER + PLOT_WIDTH,
+        title=f"#{number} {cls}",
+        explanation=explanation,
+        rows=rows,
+        hidden=hidden,
+        lines=_lines(axis, activation, ddl),
+        ticks=_ticks(axis),
+        safe=[_safe_drawn(axis, row) for row in safe],
+        y_safe=y_safe,
+        safe_past=SAFE_PAST,
+        safe_behind=SAFE_BEHIND,
+        version=activation.catalog_version if activation else None,
+        no_monitor=activation is not None and not data.monitor.safe_s.node,
+        hlc_note=not data.hlc_comparable,
+        outcome_colours=OUTCOME_COLOURS,
+    )
+    return AnomalyPicture(number, cls, f"{_file_safe(cls)}-{number}.svg", svg)
+
+
+def _axis(
+    times: Sequence[float], activation: Activation | None, ddl: tuple[float, float] | None
+) -> _Axis:
+    """The witnesses' span, widened to the DDL's invoke, ack and activation, and padded."""
+    lo, hi = min(times), max(times)
     if activation is not None and activation.time_s is not None:
         lo, hi = min(lo, activation.time_s), max(hi, activation.time_s)
     if ddl is not None:
         lo, hi = min(lo, ddl[0]), max(hi, ddl[1])
     pad = max((hi - lo) * 0.06, 0.02)
-    lo, hi = lo - pad, hi + pad
-    safe = _safe_rows(data, activation, lo, hi) if activation is not None else []
-    plot_w = WIDTH - GUTTER - 20
+    return _Axis(lo - pad, hi + pad)
 
-    def x(t: float) -> float:
-        return round(GUTTER + (t - lo) / (hi - lo) * plot_w, 1)
 
+def _rows(
+    axis: _Axis,
+    shown: Sequence[_Op],
+    activation: Activation | None,
+    ddl: tuple[float, float] | None,
+) -> list[dict[str, Any]]:
+    """The DDL's own row (invoke to ack) when it is known, then a bar per witness op."""
+    x = axis.x
     rows: list[dict[str, Any]] = []
     if activation is not None and ddl is not None:
         rows.append(
@@ -211,62 +264,47 @@ def _picture(
                 ],
             }
         )
-    words = str(anomaly.get("explanation", ""))[:600]
-    explanation = textwrap.wrap(words, EXPLANATION_CHARS)[:4]
-    top = TOP + 14 * max(0, len(explanation) - 1)
-    y_safe = top + len(rows) * ROW + (18 if hidden else 0) + (12 if safe else 0)
-    height = y_safe + len(safe) * ROW + 46
-    step = _tick_step(hi - lo)
-    ticks = [
-        {"x": x(t), "label": f"{t:.3f}".rstrip("0").rstrip(".") + " s"}
+    return rows
+
+
+def _ticks(axis: _Axis) -> list[dict[str, Any]]:
+    step = _tick_step(axis.hi - axis.lo)
+    return [
+        {"x": axis.x(t), "label": f"{t:.3f}".rstrip("0").rstrip(".") + " s"}
         # rounded to the step, so a tick at 0 never reads "-0 s"
         for t in (
             round(float(v) / step) * step + 0.0
-            for v in np.arange(np.ceil(lo / step) * step, hi, step)
+            for v in np.arange(np.ceil(axis.lo / step) * step, axis.hi, step)
         )
     ]
+
+
+def _lines(
+    axis: _Axis, activation: Activation | None, ddl: tuple[float, float] | None
+) -> list[dict[str, Any]]:
+    """Lines across the picture: the DDL's ack (dashed) and its activation_ts."""
     lines = []
     if ddl is not None and activation is not None:
-        lines.append({"x": x(ddl[1]), "label": f"v{activation.catalog_version} acked",
+        lines.append({"x": axis.x(ddl[1]), "label": f"v{activation.catalog_version} acked",
                       "colour": "#000000", "dash": "5 3"})  # fmt: skip
     if activation is not None and activation.time_s is not None:
-        lines.append({"x": x(activation.time_s), "label": f"v{activation.catalog_version} "
+        lines.append({"x": axis.x(activation.time_s), "label": f"v{activation.catalog_version} "
                       "activation_ts", "colour": ACTIVATION_COLOUR, "dash": ""})  # fmt: skip
-    svg = render_fragment(
-        "anomaly.svg",
-        width=WIDTH,
-        height=height,
-        gutter=GUTTER,
-        top=top,
-        row_h=ROW,
-        plot_right=GUTTER + plot_w,
-        title=f"#{number} {cls}",
-        explanation=explanation,
-        rows=rows,
-        hidden=hidden,
-        lines=lines,
-        ticks=ticks,
-        safe=[
-            {
-                "node": r["node"],
-                "segs": [
-                    {**s, "x0": x(max(s["t0"], lo)), "x1": x(min(max(s["t1"], s["t0"]), hi))}
-                    for s in r["segs"]
-                    if s["t1"] >= lo and s["t0"] <= hi
-                ],
-                "crossed_x": x(r["crossed"]) if r["crossed"] is not None else None,
-            }
-            for r in safe
+    return lines
+
+
+def _safe_drawn(axis: _Axis, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's safe-time row (`_safe_rows`) clipped to the window, in picture coordinates."""
+    lo, hi = axis.lo, axis.hi
+    return {
+        "node": row["node"],
+        "segs": [
+            {**s, "x0": axis.x(max(s["t0"], lo)), "x1": axis.x(min(max(s["t1"], s["t0"]), hi))}
+            for s in row["segs"]
+            if s["t1"] >= lo and s["t0"] <= hi
         ],
-        y_safe=y_safe,
-        safe_past=SAFE_PAST,
-        safe_behind=SAFE_BEHIND,
-        version=activation.catalog_version if activation else None,
-        no_monitor=activation is not None and not data.monitor.safe_s.node,
-        hlc_note=not data.hlc_comparable,
-        outcome_colours=OUTCOME_COLOURS,
-    )
-    return AnomalyPicture(number, cls, f"{_file_safe(cls)}-{number}.svg", svg)
+        "crossed_x": axis.x(row["crossed"]) if row["crossed"] is not None else None,
+    }
 
 
 def _file_safe(cls: str) -> str:

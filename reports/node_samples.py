@@ -121,3 +121,90 @@ class MonitorReader:
             offsets_s=samples("offset"),
             errors=dict(self.errors),
         )
+
+
+class SeriesBuilder:
+    """One Samples series as it is collected, a row at a time."""
+
+    def __init__(self) -> None:
+        self.node: list[str] = []
+        self.time_s: list[float] = []
+        self.value: list[float] = []
+
+    def add(self, node: str, t: float, value: float) -> None:
+        self.node.append(node)
+        self.time_s.append(t)
+        self.value.append(value)
+
+    def samples(self) -> Samples:
+        return Samples(tuple(self.node), tuple(self.time_s), tuple(self.value))
+
+
+class NodeSeries:
+    """What the run's own events measured of each node, beside the monitor: clock offsets,
+    safe-time lag and applied catalog versions, from status ops and nemesis values.
+
+    `start_wall_ms` is the controller's wall clock at the workload's 0; `comparable` says
+    whether the nodes' clocks (wall_ms, HLCs) can be placed against it at all."""
+
+    def __init__(self, nodes: Iterable[str], start_wall_ms: float, comparable: bool) -> None:
+        self.nodes = list(nodes)
+        self._node_set = set(self.nodes)
+        self.start_wall_ms = start_wall_ms
+        self.comparable = comparable
+        self.offsets_s = SeriesBuilder()
+        self.lag_ms = SeriesBuilder()
+        self.versions = SeriesBuilder()
+
+    def status(
+        self, node: Any, t: float, value: Mapping[str, Any], with_offset: bool = True
+    ) -> None:
+        """A node's admin status view at `t`: its lag, applied version and clock offset."""
+        if not isinstance(node, str):
+            return
+        safe, now = value.get("safe_ts"), value.get("hlc_now")
+        if isinstance(safe, int) and isinstance(now, int):
+            self.lag_ms.add(node, t, float((now >> 16) - (safe >> 16)))
+        cv = value.get("catalog_version")
+        if isinstance(cv, int):
+            self.versions.add(node, t, float(cv))
+        wall, hlc_now = value.get("wall_ms"), value.get("hlc_now")
+        if not with_offset:
+            return
+        if isinstance(wall, int) and self.comparable:
+            # The node's faked wall clock against the controller's: a measured clock offset.
+            sent = self.start_wall_ms + t * 1000.0
+            self.offsets_s.add(node, t, (wall - sent) / 1000.0)
+        elif isinstance(hlc_now, int) and self.comparable:
+            offset = ((hlc_now >> 16) - self.start_wall_ms - t * 1000.0) / 1000.0
+            self.offsets_s.add(node, t, offset)
+
+    def nemesis(self, t: float, value: Mapping[str, Any]) -> None:
+        """Measured clock offsets and safe-time lag from a nemesis event's value; a view taken
+        `before` the fault is placed `elapsed_ms` earlier."""
+        took = value.get("elapsed_ms")
+        before_t = t - took / 1000.0 if isinstance(took, int | float) else t
+        measured = False
+        for view in node_views(value, self._node_set):
+            when = before_t if "before" in view.path else t
+            fields = view.fields
+            off = fields.get("wall_offset_s", fields.get("hlc_offset_s", fields.get("offset_s")))
+            if isinstance(off, int | float) and not isinstance(off, bool):
+                off = float(off)
+                self.offsets_s.add(view.node, when, off)
+                measured = True
+            if "hlc_now" in fields or "wall_ms" in fields:
+                # a whole admin.status view: lag, applied version, offset from its clocks
+                self.status(view.node, when, fields, with_offset=not isinstance(off, float))
+                measured = True
+                continue
+            safe = fields.get("safe_ts")
+            if isinstance(safe, int) and self.comparable:
+                ref = self.start_wall_ms + when * 1000.0  # the controller's clock at the event
+                self.lag_ms.add(view.node, when, float(ref - (safe >> 16)))
+        if not measured:
+            for node, offset in nemesis_offsets(value, self.nodes).items():
+                self.offsets_s.add(node, t, offset)
+        for sample in value.get("status") or []:
+            if isinstance(sample, dict):
+                self.status(sample.get("node"), t, sample)

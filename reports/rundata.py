@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from contract.rundir import CATALOG, HISTORY, RESULTS, RUN_JSON, RUN_MARKERS
-from reports.node_samples import MonitorReader, MonitorTrack, Samples, nemesis_offsets, node_views
+from reports.node_samples import MonitorReader, MonitorTrack, NodeSeries, Samples, SeriesBuilder
 
 OUTCOMES = ("ok", "fail", "info", "pending")
 CLOSING_PREFIXES = ("stop-", "heal-")
@@ -261,300 +261,334 @@ def load_run(
     if results is None and (run_dir / RESULTS).exists():
         results = read_json(run_dir / RESULTS)
     catalog = _Catalog(_read_catalog(run_dir / CATALOG) if contents else [])
-    witnesses = witness_indices(results)
-    nodes = [str(n) for n in run.get("nodes") or []]
-    raw_start = run.get("start_wall_ms")
-    comparable = run.get("clock", "hlc") != "none" and isinstance(raw_start, int)
     history = run_dir / HISTORY
-    origin_ns = workload_origin_ns(history) if contents else 0
-    # the controller's wall clock (epoch ms) at the workload's 0: what HLCs are placed against
-    start_wall_ms = (raw_start if isinstance(raw_start, int) else 0) + origin_ns / 1e6
+    axis = _TimeAxis.of(run, workload_origin_ns(history) if contents else 0)
+    scan = _HistoryScan(axis, catalog, witness_indices(results), run.get("nodes") or [])
+    if contents and history.exists():
+        scan.read(history)
+    return scan.run_data(run_dir, run, results)
 
-    def hlc_s(ts: Any) -> float | None:
-        if not comparable or not isinstance(ts, int):
+
+@dataclass(frozen=True)
+class _TimeAxis:
+    """The workload's clock (module docstring): history times and HLCs placed on it."""
+
+    origin_ns: int  # the first client invoke on the history's clock
+    start_wall_ms: float  # the controller's wall clock (epoch ms) at the workload's 0
+    comparable: bool  # HLCs can be placed against that wall clock
+
+    @staticmethod
+    def of(run: Mapping[str, Any], origin_ns: int) -> _TimeAxis:
+        raw_start = run.get("start_wall_ms")
+        comparable = run.get("clock", "hlc") != "none" and isinstance(raw_start, int)
+        start_wall_ms = (raw_start if isinstance(raw_start, int) else 0) + origin_ns / 1e6
+        return _TimeAxis(origin_ns, start_wall_ms, comparable)
+
+    def hlc_s(self, ts: Any) -> float | None:
+        if not self.comparable or not isinstance(ts, int):
             return None
-        return ((ts >> 16) - start_wall_ms) / 1000.0
+        return ((ts >> 16) - self.start_wall_ms) / 1000.0
 
-    f_ids, node_ids, err_ids = _Interner(), _Interner(), _Interner()
-    cols: dict[str, list[Any]] = {
-        k: [] for k in ("inv", "cmp", "proc", "f", "out", "node", "err", "start", "lat", "sum")
-    }
-    pending: dict[Any, tuple[int, int, str, dict[str, Any]]] = {}
-    nemesis_events: list[dict[str, Any]] = []
-    open_windows: dict[str, list[dict[str, Any]]] = {}
-    closed: list[NemesisWindow] = []
-    probe_v: tuple[list[str], list[float], list[float]] = ([], [], [])
-    probe_a: tuple[list[str], list[float], list[float]] = ([], [], [])
-    skew: tuple[list[str], list[float], list[float]] = ([], [], [])
-    offs: tuple[list[str], list[float], list[float]] = ([], [], [])
-    lag: tuple[list[str], list[float], list[float]] = ([], [], [])
-    status_v: tuple[list[str], list[float], list[float]] = ([], [], [])
-    ddl_t: list[float] = []
-    ddl_l: list[float] = []
-    ddl_k: list[str] = []
-    ddl_o: list[str] = []
-    ddl_v: list[int | None] = []
-    witness_done: dict[int, dict[str, Any]] = {}
-    event_time: dict[int, float] = {}
-    witness_raw: dict[int, dict[str, Any]] = {}
-    monitor = MonitorReader()
-    count = 0
-    last_ns = 0
-    workload_end_ns = origin_ns
-    outcome_id = {name: i for i, name in enumerate(OUTCOMES)}
 
-    def add(sample: tuple[list[str], list[float], list[float]], n: str, t: float, v: float):
-        sample[0].append(n)
-        sample[1].append(t)
-        sample[2].append(v)
+class _OpColumns:
+    """Client ops as they are paired, one row each (`Ops` once the history is read)."""
 
-    def status_sample(
-        node: Any, t: float, value: Mapping[str, Any], with_offset: bool = True
+    KEYS = ("inv", "cmp", "proc", "f", "out", "node", "err", "start", "lat", "sum")
+    OUTCOME_ID: Mapping[str, int] = {name: i for i, name in enumerate(OUTCOMES)}
+
+    def __init__(self) -> None:
+        self.f_ids, self.node_ids, self.err_ids = _Interner(), _Interner(), _Interner()
+        self.cols: dict[str, list[Any]] = {k: [] for k in self.KEYS}
+
+    def add(
+        self,
+        invoke: tuple[int, int, Any, str, Any],  # index, ns, process, f, value
+        complete_index: int,
+        outcome: str,
+        node: str | None,
+        error: str | None,
+        start_s: float,
+        latency_ms: float,
     ) -> None:
-        if not isinstance(node, str):
-            return
-        safe, now = value.get("safe_ts"), value.get("hlc_now")
-        if isinstance(safe, int) and isinstance(now, int):
-            add(lag, node, t, float((now >> 16) - (safe >> 16)))
-        cv = value.get("catalog_version")
-        if isinstance(cv, int):
-            add(status_v, node, t, float(cv))
-        wall, hlc_now = value.get("wall_ms"), value.get("hlc_now")
-        if not with_offset:
-            return
-        if isinstance(wall, int) and comparable:
-            # The node's faked wall clock against the controller's: a measured clock offset.
-            sent = start_wall_ms + t * 1000.0
-            add(offs, node, t, (wall - sent) / 1000.0)
-        elif isinstance(hlc_now, int) and comparable:
-            add(offs, node, t, ((hlc_now >> 16) - start_wall_ms - t * 1000.0) / 1000.0)
-
-    node_set = set(nodes)
-
-    def nemesis_samples(t: float, value: Mapping[str, Any]) -> None:
-        """Measured clock offsets and safe-time lag from a nemesis event's value."""
-        took = value.get("elapsed_ms")
-        before_t = t - took / 1000.0 if isinstance(took, int | float) else t
-        measured = False
-        for view in node_views(value, node_set):
-            when = before_t if "before" in view.path else t
-            fields = view.fields
-            off = fields.get("wall_offset_s", fields.get("hlc_offset_s", fields.get("offset_s")))
-            if isinstance(off, int | float) and not isinstance(off, bool):
-                off = float(off)
-                add(offs, view.node, when, off)
-                measured = True
-            if "hlc_now" in fields or "wall_ms" in fields:
-                # a whole admin.status view: lag, applied version, offset from its clocks
-                status_sample(view.node, when, fields, with_offset=not isinstance(off, float))
-                measured = measured or "wall_ms" in fields or "hlc_now" in fields
-                continue
-            safe = fields.get("safe_ts")
-            if isinstance(safe, int) and comparable:
-                ref = start_wall_ms + when * 1000.0  # the controller's clock at the event
-                add(lag, view.node, when, float(ref - (safe >> 16)))
-        if not measured:
-            for node, off in nemesis_offsets(value, nodes).items():
-                add(offs, node, t, off)
-        for sample in value.get("status") or []:
-            if isinstance(sample, dict):
-                status_sample(sample.get("node"), t, sample)
-
-    activation, table_versions = catalog.activation, catalog.tables
-    bisect_right = bisect.bisect_right
-    skew_node, skew_t, skew_v = skew
-    fh = history.open(encoding="utf-8") if contents and history.exists() else None
-    try:
-        for line in fh or ():
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a torn last line of a killed controller
-            count += 1
-            idx = ev.get("index", count - 1)
-            t_ns = ev.get("time", last_ns)
-            last_ns = t_ns
-            t = (t_ns - origin_ns) / 1e9
-            if idx in witnesses:
-                witness_raw[idx] = ev
-                event_time[idx] = t
-            proc = ev.get("process")
-            typ = ev.get("type")
-            f = ev.get("f", "")
-            value = ev.get("value") or {}
-            if proc == "monitor":
-                if f == "sample" and isinstance(value, dict):
-                    monitor.add(t, value, hlc_s)
-                continue
-            if proc == "nemesis":
-                nemesis_events.append(
-                    {"index": idx, "time_s": t, "f": f, "value": value, "type": typ}
-                )
-                if f.startswith("start-"):
-                    kind = f[len("start-") :]
-                    open_windows.setdefault(kind, []).append({"t": t, "i": idx, "v": value})
-                elif f in CLOSE_ALL:
-                    for kind, stack in open_windows.items():
-                        for w in stack:
-                            closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
-                    open_windows.clear()
-                elif f.startswith(CLOSING_PREFIXES):
-                    kind = f.split("-", 1)[1]
-                    waiting = open_windows.get(kind)
-                    if waiting:
-                        fault = value.get("fault") if isinstance(value, dict) else None
-                        same = [w for w in waiting if w["v"].get("fault") == fault]
-                        w = same[0] if fault is not None and same else waiting[0]
-                        waiting.remove(w)
-                        closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
-                if isinstance(value, dict):
-                    nemesis_samples(t, value)
-                continue
-            if typ == "invoke":
-                pending[proc] = (idx, t_ns, f, value)
-                continue
-            inv = pending.pop(proc, None)
-            if inv is None:
-                continue
-            inv_idx, inv_ns, inv_f, inv_value = inv
-            node = ev.get("node")
-            err = ev.get("error") or {}
-            lat_ms = (t_ns - inv_ns) / 1e6
-            start = (inv_ns - origin_ns) / 1e9
-            if inv_f != "final-read":
-                workload_end_ns = max(workload_end_ns, t_ns)
-            cols["inv"].append(inv_idx)
-            cols["cmp"].append(idx)
-            cols["proc"].append(proc if isinstance(proc, int) else -1)
-            cols["f"].append(f_ids(inv_f))
-            cols["out"].append(outcome_id.get(typ, 2))
-            cols["node"].append(node_ids(node if isinstance(node, str) else None))
-            code = err.get("code") if isinstance(err, dict) else None
-            cols["err"].append(err_ids(code if isinstance(code, str) else None))
-            cols["start"].append(start)
-            cols["lat"].append(lat_ms)
-            cols["sum"].append(_summary(inv_f, inv_value))
-            if inv_idx in witnesses:
-                event_time[inv_idx] = start
-            if inv_idx in witnesses or idx in witnesses:
-                witness_done[inv_idx] = ev
-            if not isinstance(value, dict):
-                continue
-            if inv_f == "ddl":
-                ddl_t.append(start)
-                ddl_l.append(lat_ms)
-                ddl_k.append(str(inv_value.get("kind", "?")))
-                ddl_o.append(typ)
-                version = value.get("catalog_version")
-                ddl_v.append(version if isinstance(version, int) else None)
-            elif inv_f == "probe" and typ == "ok" and isinstance(node, str):
-                ts, cv = value.get("ts"), value.get("catalog_version")
-                ts_s = hlc_s(ts)
-                x = ts_s if ts_s is not None else t
-                if isinstance(cv, int):
-                    add(probe_v, node, x, float(cv))
-                    want = catalog.cat(ts) if isinstance(ts, int) else None
-                    add(probe_a, node, x, float(want) if want is not None else float("nan"))
-            elif inv_f == "txn":
-                for op in value.get("ops") or ():
-                    if not isinstance(op, dict):
-                        continue
-                    op_ts, sv = op.get("op_ts"), op.get("schema_version")
-                    if op_ts.__class__ is not int or sv.__class__ is not int:
-                        continue
-                    pos = bisect_right(activation, op_ts) - 1
-                    want = table_versions[pos].get(str(op.get("table"))) if pos >= 0 else None
-                    if want is None:
-                        continue
-                    skew_node.append(str(op.get("node") or node))
-                    skew_t.append(((op_ts >> 16) - start_wall_ms) / 1000.0 if comparable else t)
-                    skew_v.append(float(sv - want))
-            elif inv_f == "status" and typ == "ok":
-                status_sample(node or value.get("node"), t, value)
-    finally:
-        if fh is not None:
-            fh.close()
-    end_s = (last_ns - origin_ns) / 1e9
-    for proc, (inv_idx, inv_ns, inv_f, inv_value) in pending.items():
+        inv_idx, _, proc, f, value = invoke
+        cols = self.cols
         cols["inv"].append(inv_idx)
-        cols["cmp"].append(-1)
+        cols["cmp"].append(complete_index)
         cols["proc"].append(proc if isinstance(proc, int) else -1)
-        cols["f"].append(f_ids(inv_f))
-        cols["out"].append(outcome_id["pending"])
-        cols["node"].append(-1)
-        cols["err"].append(-1)
-        cols["start"].append((inv_ns - origin_ns) / 1e9)
-        cols["lat"].append(max(0.0, (last_ns - inv_ns) / 1e6))
-        cols["sum"].append(_summary(inv_f, inv_value))
-    for kind, stack in open_windows.items():
-        for w in stack:
-            closed.append(NemesisWindow(kind, w["t"], end_s, w["i"], None, w["v"]))
-    order = np.argsort(np.asarray(cols["inv"], dtype=np.int64), kind="stable")
-    ops = Ops(
-        invoke_index=np.asarray(cols["inv"], dtype=np.int64)[order],
-        complete_index=np.asarray(cols["cmp"], dtype=np.int64)[order],
-        process=np.asarray(cols["proc"], dtype=np.int64)[order],
-        f=np.asarray(cols["f"], dtype=np.int16)[order],
-        outcome=np.asarray(cols["out"], dtype=np.int8)[order],
-        node=np.asarray(cols["node"], dtype=np.int16)[order],
-        error=np.asarray(cols["err"], dtype=np.int16)[order],
-        start_s=np.asarray(cols["start"], dtype=np.float64)[order],
-        latency_ms=np.asarray(cols["lat"], dtype=np.float64)[order],
-        f_names=f_ids.names(),
-        node_names=node_ids.names(),
-        error_names=err_ids.names(),
-        summary=tuple(cols["sum"][i] for i in order),
-    )
-    activations = tuple(
-        Activation(
-            catalog_version=int(c.get("catalog_version", 0)),
-            activation_ts=int(c.get("activation_ts", 0)),
-            time_s=hlc_s(int(c.get("activation_ts", 0))),
-            ddl=str(c.get("ddl", "")),
+        cols["f"].append(self.f_ids(f))
+        cols["out"].append(self.OUTCOME_ID.get(outcome, 2))
+        cols["node"].append(self.node_ids(node))
+        cols["err"].append(self.err_ids(error))
+        cols["start"].append(start_s)
+        cols["lat"].append(latency_ms)
+        cols["sum"].append(_summary(f, value))
+
+    def ops(self) -> Ops:
+        """The columns in invoke order."""
+        cols = self.cols
+        order = np.argsort(np.asarray(cols["inv"], dtype=np.int64), kind="stable")
+        return Ops(
+            invoke_index=np.asarray(cols["inv"], dtype=np.int64)[order],
+            complete_index=np.asarray(cols["cmp"], dtype=np.int64)[order],
+            process=np.asarray(cols["proc"], dtype=np.int64)[order],
+            f=np.asarray(cols["f"], dtype=np.int16)[order],
+            outcome=np.asarray(cols["out"], dtype=np.int8)[order],
+            node=np.asarray(cols["node"], dtype=np.int16)[order],
+            error=np.asarray(cols["err"], dtype=np.int16)[order],
+            start_s=np.asarray(cols["start"], dtype=np.float64)[order],
+            latency_ms=np.asarray(cols["lat"], dtype=np.float64)[order],
+            f_names=self.f_ids.names(),
+            node_names=self.node_ids.names(),
+            error_names=self.err_ids.names(),
+            summary=tuple(cols["sum"][i] for i in order),
         )
-        for c in catalog.lines
-        if int(c.get("catalog_version", 0)) > 1
-    )
-    track = monitor.track()
-    if track.offsets_s.node:  # a steady 250 ms series reads better alone than with snapshots
-        offs = (
-            list(track.offsets_s.node),
-            list(track.offsets_s.time_s),
-            list(track.offsets_s.value),
+
+
+class _FaultWindows:
+    """Nemesis events paired into windows: a start-KIND with its stop-/heal- (the same fault
+    id when the stop names one), every open one closed by heal-all, the rest at the end."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, list[dict[str, Any]]] = {}
+        self.closed: list[NemesisWindow] = []
+
+    def event(self, f: str, t: float, idx: int, value: Any) -> None:
+        if f.startswith("start-"):
+            kind = f[len("start-") :]
+            self.open.setdefault(kind, []).append({"t": t, "i": idx, "v": value})
+        elif f in CLOSE_ALL:
+            for kind, stack in self.open.items():
+                for w in stack:
+                    self.closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
+            self.open.clear()
+        elif f.startswith(CLOSING_PREFIXES):
+            kind = f.split("-", 1)[1]
+            waiting = self.open.get(kind)
+            if waiting:
+                fault = value.get("fault") if isinstance(value, dict) else None
+                same = [w for w in waiting if w["v"].get("fault") == fault]
+                w = same[0] if fault is not None and same else waiting[0]
+                waiting.remove(w)
+                self.closed.append(NemesisWindow(kind, w["t"], t, w["i"], idx, w["v"]))
+
+    def windows(self, end_s: float) -> tuple[NemesisWindow, ...]:
+        """Every window by start; one still open runs to the history's end."""
+        closed = list(self.closed)
+        for kind, stack in self.open.items():
+            for w in stack:
+                closed.append(NemesisWindow(kind, w["t"], end_s, w["i"], None, w["v"]))
+        return tuple(sorted(closed, key=lambda w: w.start_s))
+
+
+class _DdlColumns:
+    """Each completed DDL: invoke time, latency, kind, outcome, the version its ack carried."""
+
+    def __init__(self) -> None:
+        self.time_s: list[float] = []
+        self.latency_ms: list[float] = []
+        self.kind: list[str] = []
+        self.outcome: list[str] = []
+        self.version: list[int | None] = []
+
+    def add(self, start: float, lat_ms: float, invoked: Mapping[str, Any], typ: str, value: Any):
+        self.time_s.append(start)
+        self.latency_ms.append(lat_ms)
+        self.kind.append(str(invoked.get("kind", "?")))
+        self.outcome.append(typ)
+        version = value.get("catalog_version")
+        self.version.append(version if isinstance(version, int) else None)
+
+
+class _HistoryScan:
+    """One pass over history.jsonl: ops paired invoke -> completion per process, nemesis
+    windows, the DDLs, the probes' and ops' versions against the catalog, node series."""
+
+    def __init__(
+        self, axis: _TimeAxis, catalog: _Catalog, witnesses: set[int], nodes: Sequence[Any]
+    ) -> None:
+        self.axis, self.catalog, self.witnesses = axis, catalog, witnesses
+        self.count = 0
+        self.last_ns = 0
+        self.workload_end_ns = axis.origin_ns
+        self.pending: dict[Any, tuple[int, int, Any, str, Any]] = {}
+        self.ops = _OpColumns()
+        self.faults = _FaultWindows()
+        self.ddl = _DdlColumns()
+        self.nemesis_events: list[dict[str, Any]] = []
+        self.probe_versions, self.probe_authoritative = SeriesBuilder(), SeriesBuilder()
+        self.op_version_skew = SeriesBuilder()
+        self.nodes = NodeSeries([str(n) for n in nodes], axis.start_wall_ms, axis.comparable)
+        self.monitor = MonitorReader()
+        self.event_time: dict[int, float] = {}
+        self.witness_raw: dict[int, dict[str, Any]] = {}
+        self.witness_done: dict[int, dict[str, Any]] = {}
+
+    def read(self, history: Path) -> None:
+        with history.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a torn last line of a killed controller
+                self.event(ev)
+
+    def event(self, ev: dict[str, Any]) -> None:
+        self.count += 1
+        idx = ev.get("index", self.count - 1)
+        t_ns = ev.get("time", self.last_ns)
+        self.last_ns = t_ns
+        t = (t_ns - self.axis.origin_ns) / 1e9
+        if idx in self.witnesses:
+            self.witness_raw[idx] = ev
+            self.event_time[idx] = t
+        proc = ev.get("process")
+        f = ev.get("f", "")
+        value = ev.get("value") or {}
+        if proc == "monitor":
+            if f == "sample" and isinstance(value, dict):
+                self.monitor.add(t, value, self.axis.hlc_s)
+        elif proc == "nemesis":
+            self.nemesis_events.append(
+                {"index": idx, "time_s": t, "f": f, "value": value, "type": ev.get("type")}
+            )
+            self.faults.event(f, t, idx, value)
+            if isinstance(value, dict):
+                self.nodes.nemesis(t, value)
+        elif ev.get("type") == "invoke":
+            self.pending[proc] = (idx, t_ns, proc, f, value)
+        else:
+            invoke = self.pending.pop(proc, None)
+            if invoke is not None:
+                self.completion(ev, invoke, idx, t_ns, t, value)
+
+    def completion(
+        self,
+        ev: dict[str, Any],
+        invoke: tuple[int, int, Any, str, Any],
+        idx: int,
+        t_ns: int,
+        t: float,
+        value: Any,
+    ) -> None:
+        """An op's completion: its row, then what its value says (DDL, probe, txn, status)."""
+        inv_idx, inv_ns, _, inv_f, inv_value = invoke
+        typ: Any = ev.get("type")  # ok, fail or info by the contract; kept as the file has it
+        node = ev.get("node")
+        err = ev.get("error") or {}
+        lat_ms = (t_ns - inv_ns) / 1e6
+        start = (inv_ns - self.axis.origin_ns) / 1e9
+        if inv_f != "final-read":
+            self.workload_end_ns = max(self.workload_end_ns, t_ns)
+        code = err.get("code") if isinstance(err, dict) else None
+        self.ops.add(
+            invoke,
+            idx,
+            typ,
+            node if isinstance(node, str) else None,
+            code if isinstance(code, str) else None,
+            start,
+            lat_ms,
         )
-    if track.lag_ms.node:  # the monitor's series replace the few nemesis-time snapshots
-        lag = (list(track.lag_ms.node), list(track.lag_ms.time_s), list(track.lag_ms.value))
-    if track.versions.node:
-        status_v = (
-            list(track.versions.node),
-            list(track.versions.time_s),
-            list(track.versions.value),
+        if inv_idx in self.witnesses:
+            self.event_time[inv_idx] = start
+        if inv_idx in self.witnesses or idx in self.witnesses:
+            self.witness_done[inv_idx] = ev
+        if not isinstance(value, dict):
+            return
+        if inv_f == "ddl":
+            self.ddl.add(start, lat_ms, inv_value, typ, value)
+        elif inv_f == "probe" and typ == "ok" and isinstance(node, str):
+            self.probe(node, t, value)
+        elif inv_f == "txn":
+            self.txn_versions(node, t, value)
+        elif inv_f == "status" and typ == "ok":
+            self.nodes.status(node or value.get("node"), t, value)
+
+    def probe(self, node: str, t: float, value: Mapping[str, Any]) -> None:
+        """The version a node answered at the probe's ts, beside the catalog's own cat(ts)."""
+        ts, cv = value.get("ts"), value.get("catalog_version")
+        ts_s = self.axis.hlc_s(ts)
+        x = ts_s if ts_s is not None else t
+        if isinstance(cv, int):
+            self.probe_versions.add(node, x, float(cv))
+            want = self.catalog.cat(ts) if isinstance(ts, int) else None
+            self.probe_authoritative.add(node, x, float(want) if want is not None else float("nan"))
+
+    def txn_versions(self, node: Any, t: float, value: Mapping[str, Any]) -> None:
+        """Each op's schema_version against tsv(table, op_ts): how far off the op read."""
+        activation, table_versions = self.catalog.activation, self.catalog.tables
+        axis, skew = self.axis, self.op_version_skew
+        for op in value.get("ops") or ():
+            if not isinstance(op, dict):
+                continue
+            op_ts, sv = op.get("op_ts"), op.get("schema_version")
+            if op_ts.__class__ is not int or sv.__class__ is not int:
+                continue
+            pos = bisect.bisect_right(activation, op_ts) - 1
+            want = table_versions[pos].get(str(op.get("table"))) if pos >= 0 else None
+            if want is None:
+                continue
+            when = ((op_ts >> 16) - axis.start_wall_ms) / 1000.0 if axis.comparable else t
+            skew.add(str(op.get("node") or node), when, float(sv - want))
+
+    def dangling(self) -> None:
+        """Ops invoked and never completed: a row each, running to the history's end."""
+        origin_ns, last_ns = self.axis.origin_ns, self.last_ns
+        for invoke in self.pending.values():
+            inv_ns = invoke[1]
+            start = (inv_ns - origin_ns) / 1e9
+            latency = max(0.0, (last_ns - inv_ns) / 1e6)
+            self.ops.add(invoke, -1, "pending", None, None, start, latency)
+        self.pending.clear()
+
+    def activations(self) -> tuple[Activation, ...]:
+        """Every catalog version after the first, placed on the workload's clock."""
+        return tuple(
+            Activation(
+                catalog_version=int(c.get("catalog_version", 0)),
+                activation_ts=int(c.get("activation_ts", 0)),
+                time_s=self.axis.hlc_s(int(c.get("activation_ts", 0))),
+                ddl=str(c.get("ddl", "")),
+            )
+            for c in self.catalog.lines
+            if int(c.get("catalog_version", 0)) > 1
         )
-    return RunData(
-        run_dir=run_dir,
-        run=run,
-        results=results,
-        event_count=count,
-        end_s=end_s,
-        ops=ops,
-        windows=tuple(sorted(closed, key=lambda w: w.start_s)),
-        nemesis_events=tuple(nemesis_events),
-        activations=activations,
-        probe_versions=Samples(tuple(probe_v[0]), tuple(probe_v[1]), tuple(probe_v[2])),
-        probe_authoritative=Samples(tuple(probe_a[0]), tuple(probe_a[1]), tuple(probe_a[2])),
-        op_version_skew=Samples(tuple(skew[0]), tuple(skew[1]), tuple(skew[2])),
-        clock_offsets_s=Samples(tuple(offs[0]), tuple(offs[1]), tuple(offs[2])),
-        safe_time_lag_ms=Samples(tuple(lag[0]), tuple(lag[1]), tuple(lag[2])),
-        status_versions=Samples(tuple(status_v[0]), tuple(status_v[1]), tuple(status_v[2])),
-        ddl_time_s=tuple(ddl_t),
-        ddl_latency_ms=tuple(ddl_l),
-        ddl_kind=tuple(ddl_k),
-        ddl_outcome=tuple(ddl_o),
-        event_time_s=event_time,
-        witness_events=witness_raw,
-        origin_s=origin_ns / 1e9,
-        workload_end_s=(workload_end_ns - origin_ns) / 1e9,
-        monitor=track,
-        witness_completions=witness_done,
-        ddl_version=tuple(ddl_v),
-    )
+
+    def run_data(
+        self, run_dir: Path, run: Mapping[str, Any], results: Mapping[str, Any] | None
+    ) -> RunData:
+        self.dangling()
+        origin_ns = self.axis.origin_ns
+        end_s = (self.last_ns - origin_ns) / 1e9
+        track = self.monitor.track()
+        # the monitor's steady 250 ms series read better alone than with the few snapshots
+        # the nemeses and status ops took, so they replace them when there are any
+        nodes = self.nodes
+        return RunData(
+            run_dir=run_dir,
+            run=run,
+            results=results,
+            event_count=self.count,
+            end_s=end_s,
+            ops=self.ops.ops(),
+            windows=self.faults.windows(end_s),
+            nemesis_events=tuple(self.nemesis_events),
+            activations=self.activations(),
+            probe_versions=self.probe_versions.samples(),
+            probe_authoritative=self.probe_authoritative.samples(),
+            op_version_skew=self.op_version_skew.samples(),
+            clock_offsets_s=track.offsets_s if track.offsets_s.node else nodes.offsets_s.samples(),
+            safe_time_lag_ms=track.lag_ms if track.lag_ms.node else nodes.lag_ms.samples(),
+            status_versions=track.versions if track.versions.node else nodes.versions.samples(),
+            ddl_time_s=tuple(self.ddl.time_s),
+            ddl_latency_ms=tuple(self.ddl.latency_ms),
+            ddl_kind=tuple(self.ddl.kind),
+            ddl_outcome=tuple(self.ddl.outcome),
+            event_time_s=self.event_time,
+            witness_events=self.witness_raw,
+            origin_s=origin_ns / 1e9,
+            workload_end_s=(self.workload_end_ns - origin_ns) / 1e9,
+            monitor=track,
+            witness_completions=self.witness_done,
+            ddl_version=tuple(self.ddl.version),
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -226,6 +226,18 @@ class _Ids:
         return value
 
 
+@dataclass
+class _Edit:
+    """One DDL's work on a copy of the latest version: the tables as they become, the id
+    counter, and the rules it applies under (bug toggles, Ignite's index-state choice)."""
+
+    latest: Catalog
+    tables: dict[str, Table]
+    ids: _Ids
+    toggles: frozenset[str]
+    index_state_bumps_version: bool
+
+
 def apply_ddl(
     latest: Catalog,
     cmd: d.DdlCommand,
@@ -236,164 +248,200 @@ def apply_ddl(
     """The tables after `cmd` and the new next_id; raises DdlInvalid when `cmd` does not apply
     to `latest`. Every change to a table bumps its schema_version (index DDL included), except
     an index state change when ``index_state_bumps_version`` is False (Ignite's choice)."""
-    bump_states = index_state_bumps_version
-    tables = dict(latest.tables)
-    ids = _Ids(latest.next_id)
+    apply = _APPLY.get(type(cmd))
+    if apply is None:
+        raise DdlInvalid(f"unsupported command {cmd!r}")
+    edit = _Edit(
+        latest, dict(latest.tables), _Ids(latest.next_id), toggles, index_state_bumps_version
+    )
+    apply(edit, cmd)
+    return edit.tables, edit.ids.next
 
-    if isinstance(cmd, d.CreateTable):
-        if cmd.table in tables:
-            raise DdlInvalid(f"table {cmd.table} already exists")
-        columns: list[Column] = []
-        for cdef in cmd.columns:
-            if any(c.name == cdef.name for c in columns):
-                raise DdlInvalid(f"duplicate column {cdef.name} in table {cmd.table}")
-            columns.append(_new_column(cmd.table, cdef, ids, in_create=True))
-        table_id = ids.take()
-        tables[cmd.table] = Table(table_id, cmd.table, 1, tuple(columns), ())
-        return tables, ids.next
 
-    if isinstance(cmd, d.DropTable):
-        _table(latest, cmd.table)
-        del tables[cmd.table]
-        return tables, ids.next
+# -- tables ------------------------------------------------------------------------------------
 
-    if isinstance(cmd, d.RenameTable):
-        table = _table(latest, cmd.table)
-        if cmd.new_name in tables:
-            raise DdlInvalid(f"cannot rename table {cmd.table}: table {cmd.new_name} exists")
-        del tables[cmd.table]
-        tables[cmd.new_name] = _bump(table, name=cmd.new_name)
-        return tables, ids.next
 
-    if isinstance(cmd, d.AddColumn):
-        table = _table(latest, cmd.table)
-        if table.column(cmd.column.name) is not None:
-            raise DdlInvalid(f"column {cmd.column.name} already exists in table {cmd.table}")
-        column = _new_column(cmd.table, cmd.column, ids, in_create=False)
-        tables[cmd.table] = _bump(table, columns=(*table.columns, column))
-        return tables, ids.next
+def _create_table(e: _Edit, cmd: d.CreateTable) -> None:
+    if cmd.table in e.tables:
+        raise DdlInvalid(f"table {cmd.table} already exists")
+    columns: list[Column] = []
+    for cdef in cmd.columns:
+        if any(c.name == cdef.name for c in columns):
+            raise DdlInvalid(f"duplicate column {cdef.name} in table {cmd.table}")
+        columns.append(_new_column(cmd.table, cdef, e.ids, in_create=True))
+    table_id = e.ids.take()
+    e.tables[cmd.table] = Table(table_id, cmd.table, 1, tuple(columns), ())
 
-    if isinstance(cmd, d.DropColumn):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        if len(table.columns) == 1:
-            raise DdlInvalid(f"cannot drop {cmd.column}: the last column of table {cmd.table}")
-        for index in table.indexes:
-            if column.name in index.columns:
-                raise DdlInvalid(f"cannot drop {cmd.column}: index {index.name} uses it")
-        rest = tuple(c for c in table.columns if c.id != column.id)
-        tables[cmd.table] = _bump(table, columns=rest)
-        return tables, ids.next
 
-    if isinstance(cmd, d.RenameColumn):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        _check_column_name(cmd.new_name)
-        if table.column(cmd.new_name) is not None:
-            raise DdlInvalid(f"column {cmd.new_name} already exists in table {cmd.table}")
-        renamed = _replace_column(table, replace(column, name=cmd.new_name))
-        indexes = tuple(
-            replace(
-                i,
-                columns=tuple(cmd.new_name if n == cmd.column else n for n in i.columns),
-            )
-            for i in table.indexes
+def _drop_table(e: _Edit, cmd: d.DropTable) -> None:
+    _table(e.latest, cmd.table)
+    del e.tables[cmd.table]
+
+
+def _rename_table(e: _Edit, cmd: d.RenameTable) -> None:
+    table = _table(e.latest, cmd.table)
+    if cmd.new_name in e.tables:
+        raise DdlInvalid(f"cannot rename table {cmd.table}: table {cmd.new_name} exists")
+    del e.tables[cmd.table]
+    e.tables[cmd.new_name] = _bump(table, name=cmd.new_name)
+
+
+# -- columns -----------------------------------------------------------------------------------
+
+
+def _add_column(e: _Edit, cmd: d.AddColumn) -> None:
+    table = _table(e.latest, cmd.table)
+    if table.column(cmd.column.name) is not None:
+        raise DdlInvalid(f"column {cmd.column.name} already exists in table {cmd.table}")
+    column = _new_column(cmd.table, cmd.column, e.ids, in_create=False)
+    e.tables[cmd.table] = _bump(table, columns=(*table.columns, column))
+
+
+def _drop_column(e: _Edit, cmd: d.DropColumn) -> None:
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    if len(table.columns) == 1:
+        raise DdlInvalid(f"cannot drop {cmd.column}: the last column of table {cmd.table}")
+    for index in table.indexes:
+        if column.name in index.columns:
+            raise DdlInvalid(f"cannot drop {cmd.column}: index {index.name} uses it")
+    rest = tuple(c for c in table.columns if c.id != column.id)
+    e.tables[cmd.table] = _bump(table, columns=rest)
+
+
+def _rename_column(e: _Edit, cmd: d.RenameColumn) -> None:
+    """The column keeps its id; the indexes that name it follow the new name."""
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    _check_column_name(cmd.new_name)
+    if table.column(cmd.new_name) is not None:
+        raise DdlInvalid(f"column {cmd.new_name} already exists in table {cmd.table}")
+    renamed = _replace_column(table, replace(column, name=cmd.new_name))
+    indexes = tuple(
+        replace(i, columns=tuple(cmd.new_name if n == cmd.column else n for n in i.columns))
+        for i in table.indexes
+    )
+    e.tables[cmd.table] = replace(renamed, indexes=indexes)
+
+
+def _alter_type(e: _Edit, cmd: d.AlterType) -> None:
+    """Only a widening (schemasync.types.widens): stored values and the default still fit."""
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    old_t, new_t = parse_type(column.type), parse_type(cmd.type)
+    if old_t == new_t:
+        raise DdlInvalid(f"column {cmd.column} already has type {column.type}")
+    if not widens(old_t, new_t):
+        raise DdlInvalid(
+            f"cannot change column {cmd.column} from {old_t} to {new_t}: not a widening"
         )
-        tables[cmd.table] = replace(renamed, indexes=indexes)
-        return tables, ids.next
+    default = widen_value(old_t, new_t, column.default)
+    changed = replace(column, type=str(new_t), default=default)
+    e.tables[cmd.table] = _replace_column(table, changed)
 
-    if isinstance(cmd, d.AlterType):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        old_t, new_t = parse_type(column.type), parse_type(cmd.type)
-        if old_t == new_t:
-            raise DdlInvalid(f"column {cmd.column} already has type {column.type}")
-        if not widens(old_t, new_t):
-            raise DdlInvalid(
-                f"cannot change column {cmd.column} from {old_t} to {new_t}: not a widening"
-            )
-        default = widen_value(old_t, new_t, column.default)
-        changed = replace(column, type=str(new_t), default=default)
-        tables[cmd.table] = _replace_column(table, changed)
-        return tables, ids.next
 
-    if isinstance(cmd, d.SetNotNull):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        if not column.nullable:
-            raise DdlInvalid(f"column {cmd.column} is already NOT NULL")
-        if column.default is None:
-            raise DdlInvalid(
-                f"cannot SET NOT NULL on {cmd.column}: it has no default to fill stored nulls"
-            )
-        tables[cmd.table] = _replace_column(table, replace(column, nullable=False))
-        return tables, ids.next
+def _set_not_null(e: _Edit, cmd: d.SetNotNull) -> None:
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    if not column.nullable:
+        raise DdlInvalid(f"column {cmd.column} is already NOT NULL")
+    if column.default is None:
+        raise DdlInvalid(
+            f"cannot SET NOT NULL on {cmd.column}: it has no default to fill stored nulls"
+        )
+    e.tables[cmd.table] = _replace_column(table, replace(column, nullable=False))
 
-    if isinstance(cmd, d.DropNotNull):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        if column.nullable:
-            raise DdlInvalid(f"column {cmd.column} is already nullable")
-        tables[cmd.table] = _replace_column(table, replace(column, nullable=True))
-        return tables, ids.next
 
-    if isinstance(cmd, d.SetDefault):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        value = _literal(column.type, cmd.default, f"default of column {cmd.column}")
-        if value is None and not column.nullable:
-            raise DdlInvalid(f"column {cmd.column} is NOT NULL: its default cannot be NULL")
-        if value == column.default:
-            raise DdlInvalid(f"column {cmd.column} already has default {cmd.default.text}")
-        tables[cmd.table] = _replace_column(table, replace(column, default=value))
-        return tables, ids.next
+def _drop_not_null(e: _Edit, cmd: d.DropNotNull) -> None:
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    if column.nullable:
+        raise DdlInvalid(f"column {cmd.column} is already nullable")
+    e.tables[cmd.table] = _replace_column(table, replace(column, nullable=True))
 
-    if isinstance(cmd, d.DropDefault):
-        table = _table(latest, cmd.table)
-        column = _column(table, cmd.column)
-        if column.default is None:
-            raise DdlInvalid(f"column {cmd.column} has no default")
-        tables[cmd.table] = _replace_column(table, replace(column, default=None))
-        return tables, ids.next
 
-    if isinstance(cmd, d.CreateIndex):
-        table = _table(latest, cmd.table)
-        if latest.index(cmd.index) is not None:
-            raise DdlInvalid(f"index {cmd.index} already exists")
-        if len(set(cmd.columns)) != len(cmd.columns):
-            raise DdlInvalid(f"index {cmd.index} names a column twice")
-        for name in cmd.columns:
-            _column(table, name)
-        state = AVAILABLE if SKIP_INDEX_STATES in toggles else REGISTERED
-        index = Index(ids.take(), cmd.index, cmd.columns, state)
-        tables[cmd.table] = _bump(table, indexes=(*table.indexes, index))
-        return tables, ids.next
+def _set_default(e: _Edit, cmd: d.SetDefault) -> None:
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    value = _literal(column.type, cmd.default, f"default of column {cmd.column}")
+    if value is None and not column.nullable:
+        raise DdlInvalid(f"column {cmd.column} is NOT NULL: its default cannot be NULL")
+    if value == column.default:
+        raise DdlInvalid(f"column {cmd.column} already has default {cmd.default.text}")
+    e.tables[cmd.table] = _replace_column(table, replace(column, default=value))
 
-    if isinstance(cmd, d.DropIndex):
-        table, index = _index(latest, cmd.index)
-        if SKIP_INDEX_STATES in toggles or index.state in (REGISTERED, BUILDING):
-            tables[table.name] = _without_index(table, index)
-        elif index.state == AVAILABLE:
-            tables[table.name] = _with_index(table, replace(index, state=STOPPING), bump_states)
-        else:
-            raise DdlInvalid(f"index {cmd.index} is already being dropped ({index.state})")
-        return tables, ids.next
 
-    if isinstance(cmd, d.IndexState):
-        table, index = _index(latest, cmd.index)
-        expected = INDEX_NEXT_STATE.get(index.state)
-        if cmd.state != expected:
-            raise DdlInvalid(
-                f"index {cmd.index} is {index.state}: it cannot move to {cmd.state}"
-                f" (next is {expected})"
-            )
-        if cmd.state == d.REMOVED:
-            tables[table.name] = _without_index(table, index)
-        else:
-            tables[table.name] = _with_index(table, replace(index, state=cmd.state), bump_states)
-        return tables, ids.next
+def _drop_default(e: _Edit, cmd: d.DropDefault) -> None:
+    table = _table(e.latest, cmd.table)
+    column = _column(table, cmd.column)
+    if column.default is None:
+        raise DdlInvalid(f"column {cmd.column} has no default")
+    e.tables[cmd.table] = _replace_column(table, replace(column, default=None))
 
-    raise DdlInvalid(f"unsupported command {cmd!r}")
+
+# -- indexes -----------------------------------------------------------------------------------
+
+
+def _create_index(e: _Edit, cmd: d.CreateIndex) -> None:
+    """A new index starts REGISTERED and is built through its states (AVAILABLE at once with
+    the skip-index-states bug)."""
+    table = _table(e.latest, cmd.table)
+    if e.latest.index(cmd.index) is not None:
+        raise DdlInvalid(f"index {cmd.index} already exists")
+    if len(set(cmd.columns)) != len(cmd.columns):
+        raise DdlInvalid(f"index {cmd.index} names a column twice")
+    for name in cmd.columns:
+        _column(table, name)
+    state = AVAILABLE if SKIP_INDEX_STATES in e.toggles else REGISTERED
+    index = Index(e.ids.take(), cmd.index, cmd.columns, state)
+    e.tables[cmd.table] = _bump(table, indexes=(*table.indexes, index))
+
+
+def _drop_index(e: _Edit, cmd: d.DropIndex) -> None:
+    """An index no reader can use yet goes at once; an AVAILABLE one is STOPPING first."""
+    table, index = _index(e.latest, cmd.index)
+    if SKIP_INDEX_STATES in e.toggles or index.state in (REGISTERED, BUILDING):
+        e.tables[table.name] = _without_index(table, index)
+    elif index.state == AVAILABLE:
+        stopping = replace(index, state=STOPPING)
+        e.tables[table.name] = _with_index(table, stopping, e.index_state_bumps_version)
+    else:
+        raise DdlInvalid(f"index {cmd.index} is already being dropped ({index.state})")
+
+
+def _index_state(e: _Edit, cmd: d.IndexState) -> None:
+    """The internal ALTER INDEX: only to the state INDEX_NEXT_STATE allows; REMOVED drops it."""
+    table, index = _index(e.latest, cmd.index)
+    expected = INDEX_NEXT_STATE.get(index.state)
+    if cmd.state != expected:
+        raise DdlInvalid(
+            f"index {cmd.index} is {index.state}: it cannot move to {cmd.state}"
+            f" (next is {expected})"
+        )
+    if cmd.state == d.REMOVED:
+        e.tables[table.name] = _without_index(table, index)
+    else:
+        moved = replace(index, state=cmd.state)
+        e.tables[table.name] = _with_index(table, moved, e.index_state_bumps_version)
+
+
+# Each DDL kind's rule, by its command's class: a new kind is a function and a line here
+_APPLY: Mapping[type, Callable[[_Edit, Any], None]] = {
+    d.CreateTable: _create_table,
+    d.DropTable: _drop_table,
+    d.RenameTable: _rename_table,
+    d.AddColumn: _add_column,
+    d.DropColumn: _drop_column,
+    d.RenameColumn: _rename_column,
+    d.AlterType: _alter_type,
+    d.SetNotNull: _set_not_null,
+    d.DropNotNull: _drop_not_null,
+    d.SetDefault: _set_default,
+    d.DropDefault: _drop_default,
+    d.CreateIndex: _create_index,
+    d.DropIndex: _drop_index,
+    d.IndexState: _index_state,
+}
 
 
 def _table(cat: Catalog, name: str) -> Table:

@@ -227,7 +227,7 @@ def test_clean_of_one_run_spares_an_ssh_host_another_run_holds(
                 f"mkdir -p {SSH_ROOT}; {lease}(setsid nohup python3 -c "
                 f"'import time; time.sleep(300)' {node} >/dev/null 2>&1 </dev/null &)"
             )
-        removed = clean(run_id=x, nodes_file=nodes_file)
+        removed = clean(run_id=x, hosts=load_nodes_file(nodes_file))
         assert f"s1: not cleaned: held by run {y}" in removed, removed
         alive = {
             name: remote.run(pgrep_command(node), check=False).exit_code == 0

@@ -17,6 +17,7 @@ import pytest
 from harness import provenance as prov
 from harness.remote import Remote
 from harness.remote_local import LocalRemote
+from harness.resolved_run import resolve_run
 from harness.run import RunOptions, _update_provenance, run_json
 from harness.store import new_run_dir
 from harness.target import VersionReporter
@@ -29,8 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_run_json_records_provenance(tmp_path: Path) -> None:
     run = new_run_dir(tmp_path, "prov")
-    opts = RunOptions(store=tmp_path, expect=("stale-schema-read",))
-    data = run_json(opts, run, "local", ["n1"], ["n1"], [], [], 1234, "hlc")
+    opts = RunOptions(
+        backend="local", nodes=1, voters=1, store=tmp_path, expect=("stale-schema-read",)
+    )
+    data = run_json(resolve_run(opts), run, 1234)
     p = data["provenance"]
     assert data["expect"] == ["stale-schema-read"]
     assert p["harness_version"] == data["harness_version"]
@@ -66,8 +69,8 @@ def test_java_unknown_without_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 def test_image_tags_join_run_json_once_resolved(tmp_path: Path) -> None:
     run = new_run_dir(tmp_path, "prov")
-    opts = RunOptions(store=tmp_path, target="postgres")
-    data = run_json(opts, run, "docker", ["n1"], ["n1"], [], [], 1234, "none")
+    opts = RunOptions(backend="docker", nodes=1, voters=1, store=tmp_path, target="postgres")
+    data = run_json(resolve_run(opts), run, 1234)
     run.run_json.write_text(json.dumps(data))
     _update_provenance(run, "images", {"node": "schemachaos-postgres:0123456789abcdef"})
     again = json.loads(run.run_json.read_text())

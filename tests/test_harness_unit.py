@@ -20,10 +20,12 @@ from harness.options import RunOptions, options_from_run_json
 from harness.remote import normalize_signal, pgrep_command, pkill_command
 from harness.remote_local import LocalRemote, check_ports_free, local_address, tagged_processes
 from harness.remote_ssh import load_nodes_file
+from harness.resolved_run import resolve_run
 from harness.run import run_json
 from harness.store import new_run_dir
 from harness.target import SettingsChecker
 from harness.target_settings import own_settings
+from nemesis import schedule_to_json
 from schemasync.config import parse_config
 from targets.registry import load_target
 from targets.schemasync import render_config
@@ -149,9 +151,15 @@ def test_run_json_round_trips_into_repro_options(tmp_path: Path) -> None:
         test_name="rt",
     )
     run = new_run_dir(tmp_path, "rt")
-    data = run_json(
-        opts, run, "local", ["n1", "n2", "n3", "n4"], ["n1", "n2", "n3"], ["n4"], [], 1234, "hlc"
+    resolved = resolve_run(opts)
+    data = run_json(resolved, run, 1234)
+    assert (data["nodes"], data["voters"], data["learners"]) == (
+        ["n1", "n2", "n3", "n4"],
+        ["n1", "n2", "n3"],
+        ["n4"],
     )
+    assert data["nemesis"]["schedule"] == schedule_to_json(list(resolved.schedule))
+    assert data["nemesis"]["schedule"], "a partition every 3 s of 12"
     for key in (
         "test",
         "seed",
@@ -300,10 +308,9 @@ def test_run_json_has_the_contract_config_keys_and_repro_gives_the_target_its_ow
 ) -> None:
     """history.md: run.json's config has DD, CSmax, idle SyncTime and toggles for every target;
     a target without them records 0 and [], and `repro` hands back only what it takes."""
-    opts = RunOptions(store=tmp_path, target=target, nodes=3, voters=3)
+    opts = RunOptions(backend="docker", store=tmp_path, target=target, nodes=3, voters=3)
     run = new_run_dir(tmp_path, "contract")
-    nodes = ["n1", "n2", "n3"]
-    data = run_json(opts, run, "docker", nodes, nodes, [], [], 0, "none")
+    data = run_json(resolve_run(opts), run, 0)
     config = data["config"]
     assert {"delay_duration_ms", "max_clock_skew_ms", "idle_safe_time_interval_ms"} <= set(config)
     assert config["toggles"] == []
@@ -313,8 +320,11 @@ def test_run_json_has_the_contract_config_keys_and_repro_gives_the_target_its_ow
         assert (config["delay_duration_ms"], config["max_clock_skew_ms"]) == (0, 0)
     run.run_json.write_text(json.dumps(data))
     read_run_json(run.path)  # the checker's contract validation takes it
-    again = own_settings(options_from_run_json(run.run_json))
     checker = load_target(target)
+    again = own_settings(checker, options_from_run_json(run.run_json).target_config)
     assert isinstance(checker, SettingsChecker)
-    checker.check_settings(again.target_config)
-    assert ("toggles" in again.target_config) == (target == "schemasync")
+    checker.check_settings(again)
+    assert ("toggles" in again) == (target == "schemasync")
+    # repro resolves a stored run's options the same way: the target keeps its own settings
+    stored = resolve_run(options_from_run_json(run.run_json), stored=True)
+    assert stored.opts.target_config == again

@@ -11,10 +11,10 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.backends.host_surface import HostSurface
 from harness.cluster_spec import Cluster, ClusterSpec, node_names
@@ -24,6 +24,9 @@ from harness.target import Target
 from nemesis import NemesisContext, heal_all, run_schedule
 from nemesis.context import NemesisRecorder
 from nemesis.schedule import NemesisStep
+
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ class Backend(Protocol):
         """Whether `auto` may pick it on this machine."""
         ...
 
-    def node_layout(self, opts: RunOptions) -> list[str]:
-        """The run's node names (ProvisionError when they cannot be known)."""
+    def node_layout(self, opts: RunOptions, hosts: Sequence[SshHost] | None) -> list[str]:
+        """The run's node names (ProvisionError when they cannot be known); `hosts`: the
+        nodes file as the run read it, if one was named."""
         ...
 
     def check_options(self, opts: RunOptions) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.backends.base import (
     BackendOptionsError,
@@ -16,6 +17,9 @@ from harness.options import RunOptions
 from harness.reaper import DockerReaper, RunGuard
 from harness.remote import RemoteError
 from harness.target import DockerImageProvider
+
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
 
 
 def docker_answers() -> bool:
@@ -34,7 +38,7 @@ class DockerBackend(HostBackend):
     def available(self) -> bool:
         return docker_answers()
 
-    def node_layout(self, opts: RunOptions) -> list[str]:
+    def node_layout(self, opts: RunOptions, hosts: Sequence[SshHost] | None) -> list[str]:
         return node_names(opts.nodes)
 
     def check_options(self, opts: RunOptions) -> None:

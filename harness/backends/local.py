@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.backends.base import (
     BackendOptionsError,
@@ -24,6 +25,9 @@ from harness.reaper import LocalWatchdog, RunGuard
 from harness.remote import Remote, RemoteError
 from nemesis.registry import NEMESES
 
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
+
 log = logging.getLogger("schemachaos.cluster")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT_KINDS = frozenset(k for k, n in NEMESES.items() if n.needs_root)  # iptables/tc on the host
@@ -35,7 +39,7 @@ class LocalBackend(HostBackend):
     def available(self) -> bool:
         return True
 
-    def node_layout(self, opts: RunOptions) -> list[str]:
+    def node_layout(self, opts: RunOptions, hosts: Sequence[SshHost] | None) -> list[str]:
         return node_names(opts.nodes)
 
     def check_options(self, opts: RunOptions) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.backends.base import (
     BackendOptionsError,
@@ -34,6 +34,9 @@ from sim.loop import run_simulation
 from sim.surface import SimSurface
 from sim.target import SimClusterView, SimSchemaSyncTarget
 
+if TYPE_CHECKING:
+    from harness.remote_ssh import SshHost
+
 READY_TIMEOUT_S = 30.0
 HASH_SEED = "0"  # sets of strings iterate in hash order: a fixed seed fixes the run
 
@@ -48,7 +51,7 @@ class SimBackend:
     def available(self) -> bool:
         return False  # asked for by name only: auto means real nodes
 
-    def node_layout(self, opts: RunOptions) -> list[str]:
+    def node_layout(self, opts: RunOptions, hosts: Sequence[SshHost] | None) -> list[str]:
         return node_names(opts.nodes)
 
     def check_options(self, opts: RunOptions) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from harness.cluster_spec import SSH_ROOT, Cluster, ClusterSpec, ProvisionError,
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard, SshLeases
 from harness.remote import Remote, RemoteError
-from harness.remote_ssh import SshRemote, load_nodes_file
+from harness.remote_ssh import SshHost, SshRemote, load_nodes_file
 
 
 class SshBackend(HostBackend):
@@ -20,22 +21,16 @@ class SshBackend(HostBackend):
     def available(self) -> bool:
         return False  # needs a nodes file: never picked by auto
 
-    def node_layout(self, opts: RunOptions) -> list[str]:
-        if opts.nodes_file is None:
-            raise ProvisionError("--nodes-file is required with --backend ssh")
-        try:
-            return [h.name for h in load_nodes_file(opts.nodes_file)]
-        except ConfigError as e:
-            raise ProvisionError(str(e)) from e
+    def node_layout(self, opts: RunOptions, hosts: Sequence[SshHost] | None) -> list[str]:
+        if hosts is None:
+            raise ProvisionError("--nodes-file: required with --backend ssh")
+        return [h.name for h in hosts]
 
     def check_options(self, opts: RunOptions) -> None:
-        """The nodes file decides the node count, so --voters is capped by it, not refused."""
+        """The nodes file decides the node count, so --voters is capped by it, not refused
+        (the file itself was read and checked as the run was resolved)."""
         if opts.nodes_file is None:
             raise BackendOptionsError("--nodes-file: required with --backend ssh")
-        try:
-            load_nodes_file(opts.nodes_file)
-        except ConfigError as e:
-            raise BackendOptionsError(f"--nodes-file: {e}") from e
 
     def unavailable_kinds(self) -> frozenset[str]:
         return frozenset()
@@ -51,12 +46,7 @@ class SshBackend(HostBackend):
     def provision(
         self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
     ) -> Cluster:
-        if spec.nodes_file is None:
-            raise ProvisionError("--nodes-file is required with --backend ssh")
-        try:
-            hosts = load_nodes_file(spec.nodes_file)
-        except ConfigError as e:
-            raise ProvisionError(str(e)) from e
+        hosts = spec.hosts if spec.hosts is not None else self._read_hosts(spec)
         nodes = [h.name for h in hosts]
         voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))
         remotes: dict[str, Remote] = {}
@@ -83,3 +73,13 @@ class SshBackend(HostBackend):
             code_dir=f"{SSH_ROOT}/code",
             upload_code_to=f"{SSH_ROOT}/code",
         )
+
+    @staticmethod
+    def _read_hosts(spec: ClusterSpec) -> list[SshHost]:
+        """The nodes file, for a spec made without a run (a run's spec has its hosts read)."""
+        if spec.nodes_file is None:
+            raise ProvisionError("--nodes-file is required with --backend ssh")
+        try:
+            return load_nodes_file(spec.nodes_file)
+        except ConfigError as e:
+            raise ProvisionError(str(e)) from e

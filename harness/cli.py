@@ -283,17 +283,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--gate: gates on the analysis, which --no-analyze skips")
     opts, default_nemesis = _run_options(args)
     code, run_dir = _execute(opts, not args.no_progress, default_nemesis, args.verbose)
-    return gate(run_dir, opts.expect) if args.gate and code in (0, 1) else code
+    return gate(run_dir, opts.expect, tuple(opts.allow)) if args.gate and code in (0, 1) else code
 
 
-def gate(run_dir: Path, expect: Sequence[str]) -> int:
-    """The scenario's expectation as the exit code: 0 found == expect, 1 otherwise, 2 unknown.
-    The judgement is reports.expectation's, the same the report, junit.xml and nightly show."""
+def gate(run_dir: Path, expect: Sequence[str], allow: Sequence[str] = ()) -> int:
+    """The scenario's expectation as the exit code: 0 every expected class found and nothing
+    else but allowed ones, 1 otherwise, 2 unknown. The judgement is reports.expectation's, the
+    same the report, junit.xml and nightly show."""
     results = _stored_results(run_dir)
     if results is None:
         print(f"gate: no readable {RESULTS} in {run_dir}: unknown", file=sys.stderr)
         return EXIT_UNKNOWN
-    verdict = judge(results, expect)
+    verdict = judge(results, expect, allow)
     if verdict.status == "unknown":
         return EXIT_UNKNOWN
     print(f"gate: {verdict.describe()}")

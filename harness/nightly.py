@@ -37,7 +37,7 @@ from harness.resolved_run import ResolvedRun, resolve_run
 from harness.run import run_test
 from harness.target import SettingsChecker, SettingsError
 from nemesis import parse_kinds
-from reports.expectation import expect_of
+from reports.expectation import allow_of, expect_of
 from reports.nightly import CellOutcome, read_json, write_summary
 from targets.registry import TARGETS, load_target
 from workloads import WORKLOADS
@@ -410,10 +410,11 @@ def run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list
         code: int | None = None
         error: str | None = None
         expect = cell.scenario.expect
+        allow: tuple[str, ...] = ()
         try:
             got = runner(cell, store)
             run_dir, code = str(Path(got.run_dir).resolve()), int(got.exit_code)
-            expect = _run_expect(Path(run_dir), expect)
+            expect, allow = _run_expect(Path(run_dir), expect)
         except Exception as exc:  # a crashed cell must not stop the night
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         outcomes.append(
@@ -427,19 +428,22 @@ def run_cells(cells: Sequence[NightlyCell], store: Path, runner: Runner) -> list
                 exit_code=code,
                 error=error,
                 seconds=round(time.monotonic() - started, 3),
+                allow=allow,
             )
         )
     return outcomes
 
 
-def _run_expect(run_dir: Path, matrix_expect: tuple[str, ...]) -> tuple[str, ...]:
+def _run_expect(
+    run_dir: Path, matrix_expect: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What the run was held to: run.json's `expect` (the matrix's, else its scenario file's,
-    as the harness wrote it), so the night judges as the run's own report and junit.xml do;
-    the matrix's when run.json has no such field."""
+    as the harness wrote it) and `allow`, so the night judges as the run's own report and
+    junit.xml do; the matrix's `expect` when run.json has no such field."""
     run = read_json(run_dir / RUN_JSON)
     if isinstance(run, dict) and "expect" in run:
-        return expect_of(run)
-    return matrix_expect
+        return expect_of(run), allow_of(run)
+    return matrix_expect, allow_of(run if isinstance(run, dict) else None)
 
 
 def run_nightly(

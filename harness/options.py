@@ -49,6 +49,7 @@ class RunOptions:
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ()  # anomaly classes a scenario expects (for nightly gating)
+    allow: dict[str, str] = field(default_factory=dict)  # known findings tolerated: class -> why
 
     def __post_init__(self) -> None:
         """Every path builds a RunOptions: none of them can carry a value out of range."""
@@ -102,4 +103,5 @@ def options_from_run_json(run_json_path: Path, store: Path | None = None) -> Run
         workload_options=dict(workload.get("options", {})),
         nemesis_options=dict(nemesis.get("options") or {}),
         expect=tuple(data.get("expect") or ()),
+        allow=dict(data.get("allow") or {}),
     )

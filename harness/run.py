@@ -156,6 +156,7 @@ def run_json(resolved: ResolvedRun, run: RunDir, start_wall_ms: int) -> dict[str
         "harness_version": version,
         "provenance": provenance(opts.target, version),
         "expect": list(opts.expect),
+        "allow": dict(opts.allow),
         "options": {
             "nodes": opts.nodes,
             "voters": opts.voters,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.anomaly_classes import ANOMALY_CLASSES  # one testcase each, in this order
-from reports.expectation import expect_of, judge
+from reports.expectation import allow_of, expect_of, judge
 
 MAX_FAILURE_TEXT = 200  # explanations listed in one failure body; the rest are counted
 
@@ -40,7 +40,7 @@ def junit_tree(
     by_class: dict[str, list[Mapping[str, Any]]] = {}
     for a in results.get("anomalies") or []:
         by_class.setdefault(str(a.get("class")), []).append(a)
-    verdict = judge(results, expect_of(run) if expect is None else expect)
+    verdict = judge(results, expect_of(run) if expect is None else expect, allow_of(run))
     expected = set(verdict.expect)
     extra = (set(by_class) | expected) - set(ANOMALY_CLASSES)
     classes = list(ANOMALY_CLASSES) + sorted(extra)
@@ -68,6 +68,10 @@ def junit_tree(
         if found and cls in expected:
             out = ET.SubElement(case, "system-out")
             out.text = f"expected by the scenario and found:\n{_failure_text(found)}"
+        elif found and cls in verdict.allowed:
+            out = ET.SubElement(case, "system-out")
+            why = (run.get("allow") or {}).get(cls, "")
+            out.text = f"allowed by the scenario ({why}) and found:\n{_failure_text(found)}"
         elif found:
             failures += 1
             first = str(found[0].get("explanation", ""))

@@ -30,7 +30,7 @@ from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from contract.rundir import REPORT, RESULTS, RUN_JSON, RUN_MARKERS
-from reports.expectation import expect_of
+from reports.expectation import allow_of, expect_of
 from reports.html import banner_of
 from reports.request_head import HeadReader, HeadRefused
 from reports.store_paths import (
@@ -141,7 +141,7 @@ def _banner(results: dict[str, Any] | None, run: dict[str, Any]) -> Any:
     """The run's verdict banner; a results.json or `expect` of a shape the banner cannot
     read shows as no verdict for that run, never a 500 for the whole index."""
     try:
-        return banner_of(results, expect_of(run))
+        return banner_of(results, expect_of(run), allow_of(run))
     except (TypeError, AttributeError, ValueError):
         return banner_of(None, ())
 

@@ -197,10 +197,10 @@ def test_render_analyzes_a_run_without_results(tmp_path: Path) -> None:
 # ---- `expect`: the banner, junit.xml and the nightly page agree with `run --gate` ----------
 
 
-def _expecting(run_dir: Path, expect: list[str]) -> None:
-    """run.json's `expect`, where harness.run writes the scenario's."""
+def _expecting(run_dir: Path, expect: list[str], allow: dict[str, str] | None = None) -> None:
+    """run.json's `expect` and `allow`, where harness.run writes the scenario's."""
     run = json.loads((run_dir / "run.json").read_text())
-    (run_dir / "run.json").write_text(json.dumps({**run, "expect": expect}))
+    (run_dir / "run.json").write_text(json.dumps({**run, "expect": expect, "allow": allow or {}}))
 
 
 def test_expected_classes_found_pass_in_junit_and_banner(tmp_path: Path) -> None:
@@ -222,25 +222,28 @@ def test_expected_classes_found_pass_in_junit_and_banner(tmp_path: Path) -> None
 
 
 EXPECT_CASES = [
-    # expect, gate exit code, junit failures (by testcase name)
-    (["ap-violation", "stale-schema-read"], 0, set()),
-    (["ap-violation"], 1, {"stale-schema-read"}),
-    (["ap-violation", "stale-schema-read", "lost-write"], 1, {"lost-write"}),
-    ([], 1, {"ap-violation", "stale-schema-read"}),
+    # expect, allow, gate exit code, junit failures (by testcase name)
+    (["ap-violation", "stale-schema-read"], [], 0, set()),
+    (["ap-violation"], [], 1, {"stale-schema-read"}),
+    (["ap-violation", "stale-schema-read", "lost-write"], [], 1, {"lost-write"}),
+    ([], [], 1, {"ap-violation", "stale-schema-read"}),
+    (["ap-violation"], ["stale-schema-read"], 0, set()),
+    ([], ["stale-schema-read", "lost-write"], 1, {"ap-violation"}),
+    ([], ["ap-violation", "stale-schema-read"], 0, set()),
 ]
 
 
-@pytest.mark.parametrize(("expect", "code", "failed"), EXPECT_CASES)
+@pytest.mark.parametrize(("expect", "allow", "code", "failed"), EXPECT_CASES)
 def test_banner_junit_and_nightly_agree_with_the_gate(
-    tmp_path: Path, expect: list[str], code: int, failed: set[str]
+    tmp_path: Path, expect: list[str], allow: list[str], code: int, failed: set[str]
 ) -> None:
     from harness.cli import gate
     from reports.expectation import judge
     from reports.nightly import _judgement
 
     fx = write_anomalous_run(tmp_path / "run")
-    _expecting(fx.run_dir, expect)
-    assert gate(fx.run_dir, expect) == code
+    _expecting(fx.run_dir, expect, dict.fromkeys(allow, "a known finding"))
+    assert gate(fx.run_dir, expect, allow) == code
     data = load_run(fx.run_dir)
     assert data.results is not None
     root = junit_tree(data.results, data.run).getroot()
@@ -252,7 +255,7 @@ def test_banner_junit_and_nightly_agree_with_the_gate(
     assert f'data-gate="{"pass" if code == 0 else "fail"}"' in page
     if expect and code:
         assert "NOT AS EXPECTED" in page
-    judgement = _judgement(judge(data.results, expect))
+    judgement = _judgement(judge(data.results, expect, allow))
     assert (judgement == "expected") == (code == 0)
     if "lost-write" in failed:  # missed, not merely unexpected
         missed = next(c for c in root.iter("testcase") if c.get("name") == "lost-write")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from contract.config_error import ConfigError
+from harness.options import RunOptions
 from harness.target import SettingsError
 from schemasync.toggles import TOGGLES
 from targets.schemasync.config import check_settings
@@ -15,6 +16,7 @@ from workloads import build_generator
 from workloads.scenario import (
     Scenario,
     apply_overrides,
+    load_run_options,
     load_scenario,
 )
 
@@ -63,6 +65,11 @@ def write(tmp_path: Path, text: str) -> Path:
         ("[workload]\ntxn_min_ops = 5\ntxn_max_ops = 2", "workload.txn_max_ops"),
         ("[workload.ddl_weights]\ntruncate = 1", "workload.ddl_weights"),
         ("expect = ['slow']", "expect"),
+        ("[allow]\nslow = 'known'", "allow.slow"),
+        ("expect = ['lost-write']\n[allow]\nlost-write = 'known'", "allow.lost-write"),
+        ("[allow]\nlost-write = 3", "allow"),  # a reason that is not text: "needs a string, got 3"
+        ("[allow]\nlost-write = ''", "allow"),
+        ("allow = ['lost-write']", "allow"),
         ("target = 3", "target"),
         ("seed = [", "-"),
     ],
@@ -140,3 +147,10 @@ def test_each_scenario_workload_issues_valid_ddl_and_txns(name: str) -> None:
     seen = drive(gen, CatalogOracle(s.seed), 8_000, s.concurrency)
     assert seen["ddl_fail"] == []
     assert sum(seen["ddl"].values()) >= 3 and len(seen["txns"]) > 100 and seen["probes"]
+
+
+def test_allow_reaches_the_run_options_and_run_json_with_its_reasons() -> None:
+    fields = load_run_options(SCENARIOS / "postgres-remote-apply.toml")
+    assert fields["expect"] == () and set(fields["allow"]) == {"schema-conformance"}
+    opts = RunOptions(**fields)
+    assert opts.allow == fields["allow"]

@@ -12,6 +12,8 @@ file, the key and what is allowed, never a traceback.
     time_limit_s = 30
     concurrency = 12
     expect = ["ap-violation"]             # anomaly classes it must produce ([] = valid)
+    [allow]                               # known findings of the system under test that a
+    schema-conformance = "why"            # gate tolerates, each with its reason
     [target]                              # name, nodes, voters; every other key is the
     toggles = ["no-safe-time-wait"]       # target's own setting (target_config: schemasync's
     delay_ms = 500                        # DD, CSmax, toggles, ...), checked by that target
@@ -77,6 +79,7 @@ class Scenario:
     workload: str = "ddl-dml"
     workload_options: Mapping[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ()
+    allow: Mapping[str, str] = field(default_factory=dict)
 
     def run_options_fields(self) -> dict[str, Any]:
         """The values under the harness's RunOptions names (plain dicts and tuples)."""
@@ -159,6 +162,7 @@ class ScenarioFile(_Table):
     expect: (
         Annotated[list[StrictStr], AfterValidator(one_of(EXPECTABLE, "anomaly class"))] | None
     ) = None
+    allow: dict[StrictStr, Annotated[StrictStr, Field(min_length=1)]] | None = None
     target: TargetTable = TargetTable()
     nemesis: NemesisTable = NemesisTable()
     workload: WorkloadTable = WorkloadTable()
@@ -193,6 +197,7 @@ def load_run_options(path: Path) -> dict[str, Any]:
         **scenario.run_options_fields(),
         "nemesis_options": json_plain(scenario.nemesis_options),
         "expect": scenario.expect,
+        "allow": json_plain(scenario.allow),
     }
     return {key: value for key, value in fields.items() if value is not None}
 
@@ -279,6 +284,7 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
         ranged(key)
     strings("nemesis", None)
     strings("expect", EXPECTABLE)
+    _check_allow(values, where)
     if "backend" in values:  # which names exist is the harness's registry's to say
         need("backend", isinstance(values["backend"], str), "needs a string")
     if values.get("voters", 3) > values.get("nodes", 5):
@@ -292,6 +298,24 @@ def _checked(values: dict[str, Any], where: str) -> Scenario:
     if "workload" in values or "workload_options" in values:
         _check_workload(values, where)
     return Scenario(**values)
+
+
+def _check_allow(values: dict[str, Any], where: str) -> None:
+    """`allow` names anomaly classes, each with a reason, and none the scenario also expects
+    (a class is required or tolerated, not both)."""
+    allow = values.get("allow") or {}
+    bad = [c for c in allow if c not in ANOMALY_CLASSES]
+    if bad:
+        raise ConfigError(
+            f"allow.{bad[0]}",
+            f"not an anomaly class (known: {', '.join(ANOMALY_CLASSES)})",
+            file=where,
+        )
+    both = [c for c in allow if c in values.get("expect", ())]
+    if both:
+        why = "also in expect: a class is required or tolerated, not both"
+        raise ConfigError(f"allow.{both[0]}", why, file=where)
+    values["allow"] = dict(allow)
 
 
 def _check_workload(values: dict[str, Any], where: str) -> None:

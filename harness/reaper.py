@@ -154,7 +154,9 @@ def _start_agent(client: Any, run_id: str, run_dir: Path | None) -> Any:
     except docker.errors.APIError as e:
         if len(mounts) == 1:
             raise
-        why = "a killed run's catalog log is left to `clean`"
+        # it still reaps the nodes the moment the controller's connection drops, so nothing
+        # is left for `clean` to collect either
+        why = "if the controller is killed, the run's catalog log is lost (analyze: unknown)"
         log.warning("the reaper cannot mount %s (%s): %s", run_dir, e, why)
         with contextlib.suppress(docker.errors.APIError):  # a name a failed start took
             client.containers.get(f"schemachaos-{run_id}-reaper").remove(force=True)

@@ -165,9 +165,10 @@ def recorded_addresses(store: Path | None, run_id: str) -> list[str]:
 def collect_dead_catalogs(store: Path | None, run_id: str | None = None) -> list[str]:
     """`clean` first, while a dead run's nodes still answer: its catalog log, collected into
     its run directory as its reaper would have (harness.reaper_agent), for each run (or the
-    one named) whose node containers still run and whose directory in the store has none.
-    One line per run saying what came of it; none without a Docker engine."""
-    from harness.reaper import salvage_with_sdk
+    one named) whose node containers still run, whose reaper is gone (the run is dead, and
+    no one else collects) and whose directory in the store has none. One line per run saying
+    what came of it; none without a Docker engine."""
+    from harness.reaper import reaper_exists, salvage_with_sdk
     from harness.remote_docker import RUN_LABEL, DockerUnavailable, docker_client
 
     try:
@@ -183,6 +184,9 @@ def collect_dead_catalogs(store: Path | None, run_id: str | None = None) -> list
         if found is None or (found[0] / CATALOG).exists():
             continue
         try:
+            if reaper_exists(client, rid):
+                notes.append(f"run {rid}: {CATALOG}: not collected (its reaper is still there)")
+                continue
             notes.append(f"run {rid}: {salvage_with_sdk(client, rid, found[0])}")
         except Exception as e:  # the clean goes on: removing the run matters more
             notes.append(f"run {rid}: {CATALOG}: not collected ({type(e).__name__}: {e})")

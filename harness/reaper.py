@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from contract.rundir import CATALOG, REAPER_LOG, TMP
+from contract.rundir import CATALOG, HISTORY, REAPER_LOG, TMP
 from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, ProvisionError, check_run_id
-from harness.reaper_agent import SalvagePlan, salvage_catalog
+from harness.reaper_agent import SalvagePlan, salvage_catalog, write_owned
 from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
@@ -170,6 +170,7 @@ def salvage_plan(run_dir: str) -> SalvagePlan:
         run_dir=run_dir,
         catalog=CATALOG,
         log=REAPER_LOG,
+        history=HISTORY,
         heal=REMOTE_IPTABLES_CLEAN,
         dump=NODE_CATALOG_SOURCE.read_text(),
     )
@@ -177,7 +178,8 @@ def salvage_plan(run_dir: str) -> SalvagePlan:
 
 def salvage_with_sdk(client: Any, run_id: str, run_dir: Path) -> str:
     """For `clean` of a run whose controller and reaper both died: the reaper's collection,
-    run from here through the Docker SDK; one line saying what came of it."""
+    run from here through the Docker SDK; one line saying what came of it, also left in the
+    run's reaper log as the reaper would have."""
     from harness.remote_docker import RUN_LABEL
 
     running = client.containers.list(filters={"label": f"{RUN_LABEL}={check_run_id(run_id)}"})
@@ -187,7 +189,17 @@ def salvage_with_sdk(client: Any, run_id: str, run_dir: Path) -> str:
         code, (out, err) = client.containers.get(cid).exec_run(argv, demux=True)
         return int(code if code is not None else -1), out or b"", err or b""
 
-    return salvage_catalog(exec_in, containers, salvage_plan(str(run_dir)))
+    note = salvage_catalog(exec_in, containers, salvage_plan(str(run_dir)))
+    with contextlib.suppress(OSError):  # the note is also clean's output
+        write_owned(run_dir, REAPER_LOG, f"clean {run_id}: {note}\n", append=True)
+    return note
+
+
+def reaper_exists(client: Any, run_id: str) -> bool:
+    """Whether the run's reaper container is still there (running or on its way out): then
+    its controller lives, or the reaper is collecting the catalog log itself."""
+    label = f"{REAPER_LABEL}={check_run_id(run_id)}"
+    return bool(client.containers.list(all=True, filters={"label": label}))
 
 
 def _connect_agent(container: Any, run_id: str) -> socket.socket:

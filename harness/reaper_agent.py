@@ -9,8 +9,9 @@ into the node image, so it may import nothing but the standard library.
 A controller that died (no `bye`) never wrote the run's catalog log, so a later `analyze` could
 not judge the history prefix it left. Given a salvage plan, the reaper first collects that log
 from the nodes still running (`salvage_catalog`: the nemeses' rules undone, then each node's
-own answer, the longest kept once it stops growing) into the run directory, bind-mounted. The
-same collection serves `schemachaos clean` when the reaper died too (harness.reaper).
+own answer, the longest kept once it stops growing, and only if it reaches every version the
+history acknowledged) into the run directory, bind-mounted. The same collection serves
+`schemachaos clean` when the reaper died too (harness.reaper).
 
 Usage: python3 -c SOURCE RUN_ID PORT CONNECT_TIMEOUT_S [SALVAGE_PLAN_BASE64_JSON]
 """
@@ -23,6 +24,7 @@ import http.client
 import json
 import os
 import re
+import secrets
 import socket
 import struct
 import sys
@@ -96,11 +98,16 @@ def reap(run_id: str) -> list[str]:
 
 # -- the catalog log of a run whose controller died ------------------------------------------
 
-# The reap waits about this long at most for the nodes' catalog logs (a read begun before it
-# ends runs to its end, bounded by node_catalog.ANSWER_TIMEOUT_S): the run is still reaped
-# within 15 s of its controller's death (tests/test_harness_reaper.py).
+# The reap waits about this long at most for the nodes' catalog logs, heal included (a read
+# begun before it ends runs to its end, bounded by COMMAND_S): the run is still reaped within
+# 15 s of its controller's death (tests/test_harness_reaper.py).
 SALVAGE_S = 6.0
 SETTLE_S = 1.0  # between two reads: a healed node catches up with its leader within it
+# Each command in a node's container is killed after this long (coreutils `timeout`): a node
+# that hangs (its namespace wedged, a dump stuck in a connect) cannot hold the reap. Above
+# node_catalog.ANSWER_TIMEOUT_S, so a node that does not answer says why itself.
+COMMAND_S = 3
+TIMED_OUT = 124  # coreutils `timeout`'s exit code when it killed the command
 # (exit code, stdout, stderr) of argv run in one container of the run
 ExecIn = Callable[[str, list[str]], tuple[int, bytes, bytes]]
 
@@ -114,6 +121,7 @@ class SalvagePlan:
     run_dir: str
     catalog: str
     log: str
+    history: str
     heal: str
     dump: str
 
@@ -128,9 +136,19 @@ class SalvagePlan:
 def on_each(
     exec_in: ExecIn, containers: dict[str, str], argv: list[str]
 ) -> list[tuple[int, bytes, bytes]]:
-    """argv run in every container at once (the reap waits for the slowest, not the sum)."""
+    """argv run in every container at once (the reap waits for the slowest, not the sum),
+    each killed after COMMAND_S. A container whose exec fails (gone, paused, an engine error)
+    answers (-1, b"", why): the others' answers are kept."""
+    bounded = ["timeout", str(COMMAND_S), *argv]
+
+    def one(cid: str) -> tuple[int, bytes, bytes]:
+        try:
+            return exec_in(cid, bounded)
+        except Exception as e:
+            return -1, b"", f"exec: {type(e).__name__}: {e}".encode()
+
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(containers)))) as pool:
-        return list(pool.map(lambda cid: exec_in(cid, argv), containers))
+        return list(pool.map(one, containers))
 
 
 def read_catalogs(
@@ -148,35 +166,76 @@ def read_catalogs(
         except ValueError:
             entries = None
         if not isinstance(entries, list):
-            why = (err.decode(errors="replace").strip().splitlines() or [f"exit {code}"])[-1]
+            said = err.decode(errors="replace").strip().splitlines()
+            why = said[-1] if said else f"exit {code}"
+            if code == TIMED_OUT and not said:
+                why = f"no answer within {COMMAND_S} s"
             failures.append(f"{name}: {why[:200]}")
         elif len(entries) > len(best) or not source:
             best, source = entries, name
     return best, source, failures
 
 
+def acknowledged_version(history: Path) -> int:
+    """The highest catalog version an `ok` DDL completion of the history acknowledged (0 for
+    none, or no history). The controller died mid-write: a torn last line is skipped."""
+    highest = 0
+    try:
+        with open(history, "rb") as f:
+            for line in f:
+                if b'"ddl"' not in line:
+                    continue  # most events: not worth parsing
+                try:
+                    event = json.loads(line)
+                    value = event["value"] if event["f"] == "ddl" and event["type"] == "ok" else {}
+                    version = value.get("catalog_version")
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+                if isinstance(version, int) and not isinstance(version, bool):
+                    highest = max(highest, version)
+    except FileNotFoundError:
+        pass
+    return highest
+
+
+def last_version(entries: list[dict[str, Any]]) -> int:
+    versions = [e.get("catalog_version") for e in entries if isinstance(e, dict)]
+    return max((v for v in versions if isinstance(v, int)), default=0)
+
+
 def salvage_catalog(exec_in: ExecIn, containers: dict[str, str], plan: SalvagePlan) -> str:
     """Write the run's catalog log (its file in plan.run_dir, unless the run wrote one) from
     its running node containers (id -> name); one line saying what came of it. The log is
-    read until two reads a moment apart agree, so a node still catching up is waited for."""
+    read until two reads a moment apart agree, so a node still catching up is waited for.
+
+    A log that ends before a version the history acknowledged is not written: the nodes that
+    hold the rest are down (a kill fault left them so), and a strict prefix would convict the
+    run of lost DDLs it never lost. Without the file the verdict is unknown, not wrong."""
     out_dir = Path(plan.run_dir)
     if (out_dir / plan.catalog).exists():
         return f"{plan.catalog}: the run wrote it"
     if not containers:
         return f"{plan.catalog}: not collected (no node container is running)"
+    deadline = time.monotonic() + SALVAGE_S  # the heal counts: it too can hang
+    acked = acknowledged_version(out_dir / plan.history)
     on_each(exec_in, containers, ["sh", "-c", plan.heal])  # a rule left in force: a lag
-    deadline = time.monotonic() + SALVAGE_S
     entries, source, failures = read_catalogs(exec_in, containers, plan.dump)
     while time.monotonic() + SETTLE_S < deadline:
         time.sleep(SETTLE_S)
         again, again_source, failures = read_catalogs(exec_in, containers, plan.dump)
-        settled = bool(source) and len(again) == len(entries)
+        settled = bool(source) and len(again) == len(entries) and last_version(again) >= acked
         if len(again) > len(entries) or not source:
             entries, source = again, again_source
         if settled:
             break
     if not source:
         return f"{plan.catalog}: not collected (no node answered: {'; '.join(failures)})"
+    if last_version(entries) < acked:
+        return (
+            f"{plan.catalog}: not collected (the longest log, from {source}, ends at version "
+            f"{last_version(entries)}, but {plan.history} acknowledged version {acked}: the "
+            f"nodes that hold the rest are down)"
+        )
     lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries)
     write_owned(out_dir, plan.catalog, lines)
     return f"{plan.catalog}: {len(entries)} versions, from {source}"
@@ -187,16 +246,21 @@ def write_owned(out_dir: Path, name: str, text: str, append: bool = False) -> No
     all (a temporary file, fsynced, renamed), and owned by the directory's owner, not by the
     reaper's root."""
     path = out_dir / name
-    tmp = out_dir / f".{name}.reaper"
+    # one name per writer: a reaper and a `clean` writing at once never share a half-file
+    tmp = out_dir / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.reaper"
     before = path.read_text() if append and path.exists() else ""
-    with open(tmp, "w") as f:
-        f.write(before + text)
-        f.flush()
-        os.fsync(f.fileno())
-    owner = os.stat(out_dir)
-    with contextlib.suppress(PermissionError):  # not root (clean as a user): it is theirs
-        os.chown(tmp, owner.st_uid, owner.st_gid)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(before + text)
+            f.flush()
+            os.fsync(f.fileno())
+        owner = os.stat(out_dir)
+        with contextlib.suppress(PermissionError):  # not root (clean as a user): it is theirs
+            os.chown(tmp, owner.st_uid, owner.st_gid)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):  # renamed, or never whole
+            tmp.unlink()
 
 
 def exec_in_container(cid: str, argv: list[str]) -> tuple[int, bytes, bytes]:

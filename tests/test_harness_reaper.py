@@ -1,7 +1,8 @@
 """Nothing outlives a run: SIGKILL the controller mid-run and, with no manual command, the run's
 containers and network (docker) or node processes (local, ssh hosts) are gone within 15 s; a
 normal run leaves no reaper, watchdog or lease agent behind (for local: the run of
-tests/test_harness_monitor.py checks it)."""
+tests/test_harness_monitor.py checks it). `clean` collects the catalog log of a dead run only,
+on real containers labelled as runs' nodes."""
 
 from __future__ import annotations
 
@@ -223,3 +224,117 @@ def test_a_normal_ssh_run_leaves_no_lease_agent(
         time.sleep(0.2)
         left = _ssh_node_processes(nodes_file)
     assert left == []
+
+
+# -- `clean`'s collection of a dead run's catalog log, on real containers ------------------
+
+# A one-voter schemasync node in a container, as a run's node runs it (`schemasync.node
+# --config PATH`, found by node_catalog through /proc).
+ONE_NODE = """cat > /tmp/n1.toml <<'T'
+name = "n1"
+data_dir = "/tmp/n1"
+voters = ["n1"]
+[nodes.n1]
+host = "127.0.0.1"
+client_port = 10800
+metastore_port = 10801
+peer_port = 10802
+T
+exec python3 -m schemasync.node --config /tmp/n1.toml"""
+
+ONE_DDL = """import asyncio
+from schemasync.client import Client
+async def ddl():
+    for _ in range(100):  # until the node is up and has elected itself
+        try:
+            c = await Client.connect(["127.0.0.1:10800"], timeout=2)
+            print((await c.ddl("CREATE TABLE t1 (id INT64, v INT32)"))["catalog_version"])
+            return await c.close()
+        except Exception:
+            await asyncio.sleep(0.1)
+asyncio.run(ddl())"""
+
+
+def _run_dir(store: Path, run_id: str) -> Path:
+    """The run's directory in the store, with its run.json."""
+    run_dir = store / f"test-{run_id}" / "1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "backend": "docker"}))
+    return run_dir
+
+
+def _acknowledge(run_dir: Path, *versions: int) -> None:
+    """The run's history: ok DDLs that acknowledged `versions`."""
+    ok = [
+        {"type": "ok", "f": "ddl", "process": 0, "value": {"catalog_version": v}} for v in versions
+    ]
+    (run_dir / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ok))
+
+
+@pytest.mark.docker
+def test_clean_collects_the_catalog_of_a_dead_run_only(
+    needs_docker: None,
+    node_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A dead run (a node answering, a paused one whose every exec fails, one with no node),
+    a run whose reaper is still there, a run outside the store: only the dead run's catalog
+    is collected, the paused node costing only its own answer; a log short of what the
+    history acknowledged is not written, and the reaper log says why. Then the reaper's own
+    path (the Engine API over the socket) collects it once the history asks no more."""
+    import docker
+
+    from harness.cluster import collect_dead_catalogs
+    from harness.reaper import salvage_plan
+    from harness.reaper_agent import exec_in_container, running_nodes, salvage_catalog
+    from harness.remote_docker import LABEL, RUN_LABEL, remove_run
+
+    client = docker.from_env()
+    tag = os.urandom(4).hex()
+    dead, live, stray = f"t{tag}-dead", f"t{tag}-live", f"t{tag}-stray"
+
+    def container(run_id: str, role: str, script: str = "sleep 600", **labels: str) -> Any:
+        return client.containers.run(
+            node_image, entrypoint=["sh", "-c", script], name=f"schemachaos-{run_id}-{role}",
+            labels={LABEL: "1", **labels}, detach=True,
+        )  # fmt: skip
+
+    try:
+        node = container(dead, "n1", ONE_NODE, **{RUN_LABEL: dead})
+        container(dead, "bare", **{RUN_LABEL: dead})
+        container(dead, "paused", **{RUN_LABEL: dead}).pause()
+        container(live, "n1", **{RUN_LABEL: live})
+        container(live, "reaper", **{REAPER_LABEL: live})
+        container(stray, "n1", **{RUN_LABEL: stray})
+        _, out = node.exec_run(["python3", "-c", ONE_DDL])
+        assert out.strip() == b"2", out  # versions 1 (the empty catalog) and 2
+        store = tmp_path / "store"
+        dead_dir, live_dir = _run_dir(store, dead), _run_dir(store, live)
+        _acknowledge(dead_dir, 2, 4)  # the node that applied 3 and 4 is gone
+
+        notes = collect_dead_catalogs(store)
+        short = (
+            f"catalog.jsonl: not collected (the longest log, from schemachaos-{dead}-n1, ends "
+            "at version 2, but history.jsonl acknowledged version 4: the nodes that hold the "
+            "rest are down)"
+        )
+        assert f"run {dead}: {short}" in notes
+        assert f"run {live}: catalog.jsonl: not collected (its reaper is still there)" in notes
+        assert not any(stray in n for n in notes), notes
+        assert not (dead_dir / "catalog.jsonl").exists()
+        assert not (live_dir / "catalog.jsonl").exists()
+        assert (dead_dir / "reaper.log").read_text() == f"clean {dead}: {short}\n"
+
+        _acknowledge(dead_dir, 1, 2)
+        nodes = running_nodes(dead)
+        names = [f"schemachaos-{dead}-{role}" for role in ("bare", "n1", "paused")]
+        assert sorted(nodes.values()) == names
+        note = salvage_catalog(exec_in_container, nodes, salvage_plan(str(dead_dir)))
+        assert note == f"catalog.jsonl: 2 versions, from schemachaos-{dead}-n1"
+        lines = (dead_dir / "catalog.jsonl").read_text().splitlines()
+        assert [json.loads(line)["catalog_version"] for line in lines] == [1, 2]
+    finally:
+        for run_id in (dead, live, stray):
+            remove_run(client, run_id)
+        for c in client.containers.list(all=True, filters={"label": f"{REAPER_LABEL}={live}"}):
+            c.remove(force=True)

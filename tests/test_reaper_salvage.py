@@ -3,7 +3,7 @@ on nodes scripted through its one seam, the exec in a container: the longest log
 still catching up is waited for, a log short of a version the history acknowledged is not
 written, a container whose exec fails costs only its own answer, a log the run wrote is kept,
 and the file is whole and the run directory owner's. The docker path end to end is
-tests/test_killed_run_judged.py; `clean`'s, on real containers, tests/test_clean_collects.py."""
+tests/test_killed_run_judged.py; `clean`'s, on real containers, tests/test_harness_reaper.py."""
 
 from __future__ import annotations
 

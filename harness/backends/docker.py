@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
-    check_no_nodes_file,
     check_voters,
 )
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
@@ -43,7 +42,6 @@ class DockerBackend(HostBackend):
 
     def check_options(self, opts: RunOptions) -> None:
         check_voters(opts)
-        check_no_nodes_file(opts)
         if not docker_answers():
             raise BackendOptionsError("--backend docker: the Docker engine does not answer")
 

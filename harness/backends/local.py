@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
-    check_no_nodes_file,
     check_voters,
 )
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
@@ -46,7 +45,6 @@ class LocalBackend(HostBackend):
         from harness.remote_local import check_ports_free, local_address
 
         check_voters(opts)
-        check_no_nodes_file(opts)
         needs_root = sorted(set(opts.nemesis) & self.unavailable_kinds())
         if needs_root:
             raise BackendOptionsError(

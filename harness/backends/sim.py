@@ -19,7 +19,6 @@ from harness.backends.base import (
     FaultPlayer,
     NemesisPlayer,
     RunClock,
-    check_no_nodes_file,
     check_voters,
     own_signals,
 )
@@ -56,7 +55,6 @@ class SimBackend:
 
     def check_options(self, opts: RunOptions) -> None:
         check_voters(opts)
-        check_no_nodes_file(opts)
         if opts.target != SimSchemaSyncTarget.name:
             raise BackendOptionsError(
                 f"--target: {opts.target!r} does not run in simulation "

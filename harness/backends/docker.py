@@ -11,7 +11,7 @@ from harness.backends.base import (
     HostBackend,
     check_voters,
 )
-from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
+from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import DockerReaper, RunGuard
 from harness.remote import RemoteError
@@ -61,8 +61,8 @@ class DockerBackend(HostBackend):
         from harness.images import ensure_images
         from harness.remote_docker import DockerNodes, DockerUnavailable, generate_run_key
 
-        nodes = node_names(spec.nodes)
-        voters, learners = split_roles(nodes, spec.voters)
+        layout = spec_layout(spec)
+        nodes, voters, learners = list(layout.nodes), list(layout.voters), list(layout.learners)
         try:
             image = spec.image or ensure_images().node
             key = generate_run_key(work_dir / "ssh")

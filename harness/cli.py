@@ -113,18 +113,24 @@ def _check_shape(opts: RunOptions, flagged: frozenset[str] = frozenset()) -> Non
 
 
 def _validate(
-    opts: RunOptions, *, default_nemesis: bool = False, stored: bool = False
+    opts: RunOptions, *, default_nemesis: bool = False, stored_in: Path | None = None
 ) -> ResolvedRun:
     """The run resolved (harness.resolved_run), refusing bad input before anything is
-    started: BadInput naming the flag, or the scenario's key when the scenario set it."""
+    started: BadInput naming the flag, or the scenario's key when the scenario set it, or
+    (`stored_in`: the run.json that `repro` repeats) that file's key."""
     _check_shape(opts)
     try:
-        resolved = resolve_run(opts, default_nemesis=default_nemesis, stored=stored)
+        resolved = resolve_run(opts, default_nemesis=default_nemesis, stored=stored_in is not None)
     except (ProvisionError, BackendOptionsError) as e:
         raise BadInput(str(e)) from e
     except SettingsError as e:
+        if stored_in is not None:
+            raise BadInput(f"RUN_DIR: {stored_in}: config.{e.key}: {e.why}") from e
         raise _settings_input(e, opts.scenario) from e
     except UnresolvedRun as e:
+        if stored_in is not None:
+            key = _RUN_JSON_KEYS.get(e.field, e.field)
+            raise BadInput(f"RUN_DIR: {stored_in}: {key}: {e.why}") from e
         raise _unresolved_input(e, opts.scenario) from e
     store = resolved.opts.store
     try:
@@ -150,8 +156,10 @@ def _settings_input(e: SettingsError, scenario: Path | None) -> BadInput:
     return BadInput(f"{where}: {e.why}")
 
 
-# The flag of each RunOptions field that names something resolution looks up or reads
+# The flag of each RunOptions field that names something resolution looks up or reads, and
+# its key in a stored run.json (`repro` has no such flags: the run.json names them)
 _RESOLVED_FLAGS = {"target": "--target", "workload": "--workload", "nodes_file": "--nodes-file"}
+_RUN_JSON_KEYS = {"workload": "workload.name", "nodes_file": "options.nodes_file"}
 
 
 def _unresolved_input(e: UnresolvedRun, scenario: Path | None) -> BadInput:
@@ -220,10 +228,10 @@ def _execute(
     default_nemesis: bool = False,
     verbose: bool = False,
     *,
-    stored: bool = False,
+    stored_in: Path | None = None,
 ) -> tuple[int, Path]:
     _check_store_takes_runs(opts.store)
-    resolved = _validate(opts, default_nemesis=default_nemesis, stored=stored)
+    resolved = _validate(opts, default_nemesis=default_nemesis, stored_in=stored_in)
     print(f"schemachaos: {resolved.backend_why}", file=sys.stderr)
     if resolved.unavailable_kinds:
         print(
@@ -322,7 +330,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if args.no_analyze:
         opts = replace(opts, no_analyze=True)
     code, new_dir = _execute(
-        opts, show_progress=not args.no_progress, verbose=args.verbose, stored=True
+        opts, show_progress=not args.no_progress, verbose=args.verbose, stored_in=run_json
     )
     before, after = _classes(run_dir), _classes(new_dir)
     if before is not None and after is not None:

@@ -10,12 +10,16 @@ import shlex
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from harness.remote import Remote
 
 if TYPE_CHECKING:
     from harness.remote_ssh import SshHost
+
+# A nodes file as read (harness.remote_ssh), named here so a guard can take it without
+# importing the ssh remote at module load
+SshHosts: TypeAlias = "tuple[SshHost, ...]"
 
 IPTABLES_COMMENT = "schemachaos"
 # A run's own mark on a rule, beside IPTABLES_COMMENT: `clean --run-id` removes a rule carrying
@@ -37,14 +41,26 @@ class ProvisionError(Exception):
 
 
 @dataclass(frozen=True)
+class NodeLayout:
+    """A cluster's node names and roles: the first `voters` of the nodes vote, the rest learn."""
+
+    nodes: tuple[str, ...]
+    voters: tuple[str, ...]
+    learners: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
-    """What to provision: backend, node count, voters, and backend specifics."""
+    """What to provision: backend, node count, voters, and backend specifics. A run's spec
+    carries its layout as resolved (`harness.resolved_run`); a spec made without a run (a
+    test, a benchmark) has its nodes counted or read from `hosts`."""
 
     backend: str = "auto"
     nodes: int = 5
     voters: int = 3
     nodes_file: Path | None = None
-    hosts: tuple[SshHost, ...] | None = None  # the nodes file as the run read it
+    hosts: SshHosts | None = None  # the nodes file as the run read it
+    layout: NodeLayout | None = None  # the run's nodes and roles, as resolved
     image: str | None = None
     local_base: str = "127.0.0.10"
     ready_timeout_s: float = 60.0
@@ -141,3 +157,15 @@ def split_roles(nodes: list[str], voters: int) -> tuple[list[str], list[str]]:
     if not 1 <= voters <= len(nodes):
         raise ProvisionError(f"--voters must be between 1 and the node count ({len(nodes)})")
     return nodes[:voters], nodes[voters:]
+
+
+def spec_layout(spec: ClusterSpec, names: list[str] | None = None) -> NodeLayout:
+    """The spec's layout: the run's, as resolved; else (a spec made without a run) `spec.nodes`
+    counted, or `names` from a nodes file (which caps the voters, as a run's does)."""
+    if spec.layout is not None:
+        return spec.layout
+    nodes = names if names is not None else node_names(spec.nodes)
+    voters, learners = split_roles(
+        nodes, spec.voters if names is None else min(spec.voters, len(nodes))
+    )
+    return NodeLayout(tuple(nodes), tuple(voters), tuple(learners))

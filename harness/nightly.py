@@ -215,6 +215,16 @@ def _scenario_file(path: Path, where: str, scenario_file: str | None) -> dict[st
         raise ConfigError(f"{where}.scenario_file", str(e), file=path) from e
 
 
+def _refuse_duplicates(path: Path, table: str, names: Sequence[str]) -> None:
+    """A cell is named by its scenario, nemesis and seed, and its run, directory and report
+    are found by that name: two rows with one name would silently share one run."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(f"{table}[{i}].name", f"{name!r} is already used", file=path)
+        seen.add(name)
+
+
 def load_matrix(path: Path) -> Matrix:
     """Read and check the whole matrix; ConfigError names the file, the key and what is
     allowed. A scenario that selects no cell, or a name that refers to nothing (a nemesis
@@ -235,6 +245,8 @@ def load_matrix(path: Path) -> Matrix:
     _name_problem(path, "defaults", None, list(parsed.defaults), RUN_OPTION_FIELDS)
     _check_types(path, "defaults", parsed.defaults)
     nemesis_names = [n.name for n in parsed.nemesis]
+    _refuse_duplicates(path, "nemesis", nemesis_names)
+    _refuse_duplicates(path, "scenario", [s.name for s in parsed.scenario])
     nemeses = []
     for i, n in enumerate(parsed.nemesis):
         try:

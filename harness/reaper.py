@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from contract.rundir import CATALOG, HISTORY, REAPER_LOG, TMP
-from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, ProvisionError, check_run_id
+from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, ProvisionError, SshHosts, check_run_id
 from harness.reaper_agent import SalvagePlan, salvage_catalog, write_owned
 from harness.remote import Remote
 
@@ -351,16 +351,12 @@ class SshLeases:
         self._renewer = threading.Thread(target=self._renew, name="lease-renewer", daemon=True)
 
     @classmethod
-    def start(cls, run_id: str, nodes_file: Path) -> SshLeases:
-        from contract.config_error import ConfigError
+    def start(cls, run_id: str, hosts: SshHosts) -> SshLeases:
+        """`hosts`: the nodes file as the run read it (it is read once)."""
         from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, SSH_ROOT
         from harness.remote import RemoteError, pkill_command
-        from harness.remote_ssh import SshRemote, load_nodes_file
+        from harness.remote_ssh import SshRemote
 
-        try:
-            hosts = load_nodes_file(nodes_file)
-        except ConfigError as e:
-            raise ProvisionError(str(e)) from e
         remotes: dict[str, Remote] = {
             h.name: SshRemote(
                 h.name, h.host, port=h.port, user=h.user, key_file=h.key,

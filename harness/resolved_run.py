@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.config_error import ConfigError
 from harness.backends import Backend, resolve_backend
-from harness.cluster_spec import ClusterSpec, split_roles
+from harness.cluster_spec import ClusterSpec, NodeLayout, split_roles
 from harness.options import RunOptions
 from harness.remote_ssh import SshHost, load_nodes_file
 from harness.target import Target
@@ -68,14 +68,16 @@ class ResolvedRun:
         return build_generator(self.opts.workload, self.opts.seed, self.opts.concurrency, options)
 
     def cluster_spec(self, image: str | None) -> ClusterSpec:
-        """What the backend provisions; `image` is known only on the loop (it may be built)."""
+        """What the backend provisions, its nodes and roles as resolved here; `image` is
+        known only on the loop (it may be built)."""
         opts = self.opts
         return ClusterSpec(
             backend=self.backend.name,
-            nodes=opts.nodes,
-            voters=opts.voters,
+            nodes=len(self.nodes),
+            voters=len(self.voters),
             nodes_file=opts.nodes_file,
             hosts=self.hosts,
+            layout=NodeLayout(self.nodes, self.voters, self.learners),
             image=image,
             local_base=opts.local_base,
             ready_timeout_s=opts.ready_timeout_s,

@@ -326,7 +326,7 @@ async def _cluster_part(p: RunParts) -> None:
         _update_provenance(run, "images", {"node": spec.image})
     state.set_phase("provisioning")
     notify()
-    provisioned = provision(spec, run.run_id, run.tmp)
+    provisioned = provision(spec, run.run_id, run.tmp, p.backend)
     cluster = await in_thread(provisioned.__enter__)
     try:
         await _on_cluster(p, cluster)
@@ -344,7 +344,7 @@ async def _on_cluster(p: RunParts, cluster: Cluster) -> None:
     try:
         state.set_phase("starting nodes")
         notify()
-        await in_thread(target.setup, cluster, dict(opts.target_config))
+        await in_thread(target.setup, cluster, dict(p.resolved.settings))
         if isinstance(target, StartsAll):
             await in_thread(target.start_all)
         else:

@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from contract.fault_surface import Failures, Link
+from contract.fault_surface import Failures, Link, Undone
 from harness.target import ApplyInhibitControl, LaggingControl
 from nemesis.context import NemesisContext, each_in_thread, elapsed_ms, loop_time, statuses
 from nemesis.fault import FaultPlan, choices
@@ -80,22 +80,24 @@ async def _nothing() -> Failures:
     return {}
 
 
+async def _nothing_undone() -> Undone:
+    return Undone({}, {})
+
+
 async def stop_lagging(ctx: NemesisContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Undo whichever mode was used (all are undone: cheap, and robust to a lost start)."""
+    """Undo the mode that was used (all of them when its start was lost). The shapers only
+    for tbf: a shaper's device may be shared with another run (`host_net`)."""
     learners = list(params.get("learners") or ctx.cluster.learners)
+    mode = params.get("mode")
     before = await learner_views(ctx, learners)
     started = loop_time()
-    held = (
-        [n for n in learners if n in ctx.state.inhibited]
-        if params.get("mode") != "inhibit"
-        else learners
-    )
+    held = [n for n in learners if n in ctx.state.inhibited] if mode != "inhibit" else learners
     own = _own(ctx)
     if own is not None:  # the target undoes its own modes; it has no apply inhibitor to release
         held = []
     cut, slowed, released, unlagged = await asyncio.gather(
         ctx.surface.heal(LAGGING_TAG),
-        ctx.surface.unslow(),
+        ctx.surface.unslow() if mode in (None, "tbf") else _nothing_undone(),
         ctx.surface.inhibit_apply(held, False) if held else _nothing(),
         each_in_thread(own.unlag, learners) if own is not None else _nothing(),
     )

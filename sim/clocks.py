@@ -37,6 +37,3 @@ class Clocks:
 
     def set_offset(self, node: str, seconds: float) -> None:
         self.offsets_us[node] = round(seconds * 1_000_000)
-
-    def reset(self) -> None:
-        self.offsets_us.clear()

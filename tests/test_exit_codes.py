@@ -159,7 +159,13 @@ def inputs(tmp_path: Path) -> Iterator[Path]:
         "matrix-bad-setting.toml": ('[[scenario]]\nname = "a"\ntarget_config = {colour = "red"}\n'),
         "nodes.toml": '[[node]]\nname = "n1"\n',
     }
+    # stored runs naming what does not resolve: repro has no flag for it, run.json's key is named
+    files["store/t/unknown-workload/run.json"] = '{"backend": "sim", "workload": {"name": "nope"}}'
+    files["store/t/missing-nodes/run.json"] = (
+        '{"backend": "sim", "options": {"nodes_file": "/nonexistent/nodes.toml"}}'
+    )
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     yield tmp_path
 
@@ -184,6 +190,14 @@ BAD_INPUT = [
     (["analyze", "{d}/no-such-run"], "RUN_DIR: not found"),
     (["report", "{d}/no-such-run"], "RUN_DIR: not found"),
     (["repro", "{d}/no-such-run"], "RUN_DIR: not found"),
+    (
+        ["repro", "{d}/store/t/unknown-workload"],
+        "unknown-workload/run.json: workload.name: unknown workload 'nope'",
+    ),
+    (
+        ["repro", "{d}/store/t/missing-nodes"],
+        "missing-nodes/run.json: options.nodes_file: nodes file not found: /nonexistent/nodes",
+    ),
     (["analyze", "{d}/nodes.toml"], "RUN_DIR: not a directory"),
 ]
 

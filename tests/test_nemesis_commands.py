@@ -23,7 +23,6 @@ from harness.backends.host_clock import (
 )
 from harness.backends.host_net import (
     drop_command,
-    list_rules_command,
     remove_rules_command,
     shape_command,
     unshape_command,
@@ -64,6 +63,8 @@ def test_rule_text_carries_our_comment_the_run_and_matches_loopback_locally() ->
     )
     with pytest.raises(ValueError, match="not a run id"):
         drop_command("10.0.0.2", ["10.0.0.3"], None, "partition", "a b", False)
+    # no source cuts nothing (a rule without -s would drop from everyone)
+    assert drop_command("10.0.0.2", [], None, "partition", RUN, False) == "true"
 
 
 def test_faketime_file_moves_a_process_clock_and_only_its_own(tmp_path: Path) -> None:
@@ -215,7 +216,7 @@ def test_partition_rules_cut_exactly_one_direction_and_heal_removes_only_ours(ne
     assert seen["127.0.0.12"].startswith("blocked") and seen["127.0.0.13"].startswith("ok")
     # traffic between other nodes is untouched
     assert _probe(netns, "127.0.0.12", 10900, ["127.0.0.13"])["127.0.0.13"].startswith("ok")
-    listed = _in_ns(netns, list_rules_command(RUN)).stdout
+    listed = _in_ns(netns, f"iptables -w -S INPUT | grep -F -- {RUN}").stdout
     assert "-d 127.0.0.11/32" in listed and "--comment partition" in listed
     # `clean --run-id` reads the rule as iptables prints it (the run comment quoted): this run's
     (rule,) = listed.splitlines()
@@ -262,14 +263,17 @@ def test_lagging_drop_cuts_only_the_metastore_port(netns: str) -> None:
 
 @pytest.mark.root
 def test_tbf_shape_slows_only_metastore_traffic_to_the_learner(netns: str) -> None:
-    shape = _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64))
+    shape = _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64, RUN))
     assert shape.returncode == 0, shape.stderr
     # twice is fine: the command replaces its own root
-    assert _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64)).returncode == 0
+    assert _in_ns(netns, shape_command(["127.0.0.14"], 10900, 64, RUN)).returncode == 0
     slow = _probe(netns, "127.0.0.14", 10900, ["127.0.0.11"], nbytes=20_000)["127.0.0.11"]
     fast = _probe(netns, "127.0.0.14", 10800, ["127.0.0.11"], nbytes=20_000)["127.0.0.11"]
     assert slow.startswith("ok") and fast.startswith("ok"), (slow, fast)
     # 20 kB at 64 kbit/s takes ~2.5 s; unshaped it takes milliseconds
     assert float(slow.split()[1]) > 1.5 and float(fast.split()[1]) < 0.5, (slow, fast)
-    assert _in_ns(netns, unshape_command()).stdout.strip() == "0"
+    # another run sharing the device owns no shaper there: its unslow and sweep leave ours
+    assert _in_ns(netns, unshape_command(RUN + "0")).stdout.strip() == "0"
+    assert "qdisc htb 5c5c: root" in _in_ns(netns, "tc qdisc show dev lo").stdout
+    assert _in_ns(netns, unshape_command(RUN)).stdout.strip() == "0"
     assert "5c5c" not in _in_ns(netns, "tc qdisc show dev lo").stdout

@@ -309,6 +309,7 @@ BAD_MATRICES = [
     ),
     ('[[nemesis]]\nname = "x"\nkind = ["clock"]\n', "nemesis[0].kind: unknown key"),
     ('[[nemesis]]\nname = "x"\nkinds = ["clok"]\n', "nemesis[0].kinds: unknown nemesis clok"),
+    ('[[nemesis]]\nname = "x"\n[[nemesis]]\nname = "x"\n', "nemesis[1].name: 'x' is already used"),
 ]
 GOOD_SCENARIO = '[[scenario]]\nname = "a"\n'
 BAD_SCENARIOS = [
@@ -322,6 +323,8 @@ BAD_SCENARIOS = [
     ("time_limit = 3\n", "scenario[0] (a): unknown key 'time_limit'"),
     ("concurrency = [5]\n", "scenario[0] (a).concurrency: Input should be a valid integer"),
     ("nemeses = []\n", "scenario[0] (a).nemeses: empty, so it selects no cell"),
+    # two rows with one name would share one cell name, so one run (the first's workload)
+    ('[[scenario]]\nname = "a"\nworkload = "index"\n', "scenario[1].name: 'a' is already used"),
 ]
 
 

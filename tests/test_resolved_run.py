@@ -4,17 +4,21 @@ the nodes file read once, the matrix's scenario files once, and every layer read
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.backends import ProvisionError
+from harness.backends import ProvisionError, provision
+from harness.backends.sim import SimBackend
 from harness.backends.ssh import SshBackend
 from harness.cli import main
+from harness.cluster_spec import Cluster
 from harness.nightly import cell_options, load_matrix
 from harness.options import RunOptions
 from harness.remote_ssh import NodesFile
@@ -68,8 +72,9 @@ def test_a_sim_run_looks_its_target_up_once(
 def test_the_nodes_file_is_read_once_and_the_ssh_backend_uses_what_was_read(
     tmp_path: Path, lookups: Counter[str]
 ) -> None:
-    """Resolving reads the nodes file; the layout, the cluster spec and provisioning take the
-    hosts read then: provisioning after the file is gone still reaches for its hosts."""
+    """Resolving reads the nodes file; the layout, the cluster spec, the run's guard (the ssh
+    leases) and provisioning take the hosts read then: after the file is gone, the guard and
+    the nodes still reach for its hosts, through `provision` as a run calls it."""
     nodes_file = tmp_path / "nodes.toml"
     nodes_file.write_text(NODES)
     resolved = resolve_run(RunOptions(backend="ssh", nodes_file=nodes_file, store=tmp_path))
@@ -77,13 +82,36 @@ def test_the_nodes_file_is_read_once_and_the_ssh_backend_uses_what_was_read(
     assert resolved.nodes == ("h1", "h2", "h3") and resolved.voters == ("h1", "h2", "h3")
     spec = resolved.cluster_spec(image=None)
     assert spec.hosts == resolved.hosts
+    assert spec.layout is not None and spec.layout.nodes == resolved.nodes
     nodes_file.unlink()
+    with (  # the guard starts first: its lease on h1 is what cannot be reached
+        pytest.raises(ProvisionError, match=r"ssh host h1: .*unreachable"),
+        provision(spec, "t-resolved", tmp_path / ".tmp", resolved.backend),
+    ):
+        pass
     cleanups: list[Any] = []
     with pytest.raises(ProvisionError, match=r"ssh host h1: .*unreachable"):
         SshBackend().provision(spec, "t-resolved", tmp_path / ".tmp", cleanups)
     for cleanup in reversed(cleanups):
         cleanup()
     assert lookups["nodes file"] == 1
+
+
+def test_a_run_s_cluster_is_laid_out_as_resolved() -> None:
+    """The backend provisions the resolved layout (voters and learners included), not a
+    count it lays out again: a spec whose counts disagree still gives the run's nodes."""
+    resolved = resolve_run(RunOptions(backend="sim", nodes=4, voters=3))
+    spec = replace(resolved.cluster_spec(image=None), nodes=9, voters=1)
+
+    async def provisioned() -> Cluster:  # the simulated world is made on the running loop
+        return SimBackend().provision(spec, "t-layout", Path("."), [])
+
+    cluster = asyncio.run(provisioned())
+    assert (cluster.nodes, cluster.voters, cluster.learners) == (
+        ["n1", "n2", "n3", "n4"],
+        ["n1", "n2", "n3"],
+        ["n4"],
+    )
 
 
 def test_a_named_nodes_file_must_be_good_whatever_the_backend(

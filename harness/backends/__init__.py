@@ -76,15 +76,19 @@ def scenario_run_options(path: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def provision(spec: ClusterSpec, run_id: str, work_dir: Path) -> Iterator[Cluster]:
-    """Nodes up on the chosen backend; on exit (normal, exception, signal) everything goes.
+def provision(
+    spec: ClusterSpec, run_id: str, work_dir: Path, backend: Backend | None = None
+) -> Iterator[Cluster]:
+    """Nodes up on `backend` (a run's, as resolved; else the one `spec.backend` names, for a
+    spec made without a run); on exit (normal, exception, signal) everything goes.
 
     work_dir is the run's temp area: the ssh key pair and local node dirs live there and are
     removed with the cluster.
     """
     from harness.cluster import ignore_signals
 
-    backend, _ = resolve_backend(spec.backend)
+    if backend is None:
+        backend, _ = resolve_backend(spec.backend)
     try:  # the guard's and clean's filters are built from the id: an odd one must not widen them
         check_run_id(run_id)
     except ValueError as e:

@@ -125,12 +125,6 @@ def check_voters(opts: RunOptions) -> None:
         raise BackendOptionsError(f"--voters: {opts.voters} voters but only {opts.nodes} nodes")
 
 
-def check_no_nodes_file(opts: RunOptions) -> None:
-    """A nodes file named but missing is refused even where the backend does not read it."""
-    if opts.nodes_file is not None and not opts.nodes_file.is_file():
-        raise BackendOptionsError(f"--nodes-file: file not found: {opts.nodes_file}")
-
-
 def counted_nodes(opts: RunOptions) -> list[str]:
     return node_names(opts.nodes)
 

@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Any
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
-    check_no_nodes_file,
     check_voters,
 )
-from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
+from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import DockerReaper, RunGuard
 from harness.remote import RemoteError
@@ -43,7 +42,6 @@ class DockerBackend(HostBackend):
 
     def check_options(self, opts: RunOptions) -> None:
         check_voters(opts)
-        check_no_nodes_file(opts)
         if not docker_answers():
             raise BackendOptionsError("--backend docker: the Docker engine does not answer")
 
@@ -63,8 +61,8 @@ class DockerBackend(HostBackend):
         from harness.images import ensure_images
         from harness.remote_docker import DockerNodes, DockerUnavailable, generate_run_key
 
-        nodes = node_names(spec.nodes)
-        voters, learners = split_roles(nodes, spec.voters)
+        layout = spec_layout(spec)
+        nodes, voters, learners = list(layout.nodes), list(layout.voters), list(layout.learners)
         try:
             image = spec.image or ensure_images().node
             key = generate_run_key(work_dir / "ssh")

@@ -3,8 +3,12 @@
 Every rule carries three comments: ours (`schemachaos`), the run's (`schemachaos.run=<id>`,
 `harness.cluster_spec.run_comment`) and the fault's tag, so a heal removes exactly one fault's
 rules of one run, and `clean --run-id` finds a run's rules on a host that several runs share
-(the local backend). Shapers are an htb root with our own handle: a device has one root, so
-they carry no run; the local backend's runs share `lo`.
+(the local backend). Shapers are an htb root with our own handle; a device has one root and
+a qdisc no comment, so the run that installed it is written beside it, in a file named after
+the network namespace and the device (`owner_file`), and a run removes only a root it owns,
+by its surface's unslow or by its crash sweep alike. What stays shared: the local backend's runs
+all send through `lo`, so a run that slows `lo` while another's shaper is there replaces it
+(the other run's links are then at full speed until it slows them again).
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from harness.cluster_spec import IPTABLES_COMMENT, run_comment
+from harness.cluster_spec import IPTABLES_COMMENT, check_run_id, run_comment
 
 QDISC_HANDLE = "5c5c"  # our htb root on a device: "sc" twice, so heal can tell it from others
+OWNER_DIR = "/run/schemachaos"  # root's own tmpfs: gone at reboot, as the shapers are
 
 
 def _comment_pattern(comment: str) -> str:
@@ -43,9 +48,12 @@ def drop_command(
 ) -> str:
     """An iptables rule on the receiving node that drops what arrives from `src_hosts` (None:
     from anyone) on connections to or from `port` (None: any). On a shared host (every node on
-    `lo`) the rule also names the receiver's address and `lo`."""
+    `lo`) the rule also names the receiver's address and `lo`. No source at all cuts nothing:
+    `true`, not a rule without `-s`, which would drop from everyone."""
+    if src_hosts is not None and not src_hosts:
+        return "true"
     where = f"-i lo -d {shlex.quote(dst_host)} " if shared_host else ""
-    src = f"-s {','.join(shlex.quote(s) for s in src_hosts)} " if src_hosts else ""
+    src = f"-s {','.join(shlex.quote(s) for s in src_hosts)} " if src_hosts is not None else ""
     ports = f"-p tcp -m multiport --ports {int(port)} " if port is not None else ""
     return f"iptables -w -A INPUT {where}{src}{ports}{comment_args(tag, run_id)} -j DROP"
 
@@ -67,9 +75,12 @@ def remove_rules_command(tag: str | None, run_id: str, dst_host: str | None = No
     )
 
 
-def list_rules_command(run_id: str) -> str:
-    """The run's rules on a node, as `iptables -S` prints them."""
-    return f"iptables -w -S | grep -E -- {_comment_pattern(run_comment(run_id))} || true"
+def owner_file(dev: str) -> str:
+    """Shell expression: the file naming the run whose shaper is the root of `dev`. The
+    network namespace is in its name because a device name is not unique on a host (every
+    container and test namespace has its own `lo`)."""
+    ns = "$(readlink /proc/self/ns/net | tr -dc 0-9)"
+    return f'"{OWNER_DIR}/qdisc.{ns}.{dev}"'
 
 
 def device_of(dest: str) -> str:
@@ -77,13 +88,16 @@ def device_of(dest: str) -> str:
     return f"$(ip -o route get {dest} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')"
 
 
-def shape_command(dest_hosts: Sequence[str], port: int | None, rate_kbit: int) -> str:
+def shape_command(dest_hosts: Sequence[str], port: int | None, rate_kbit: int, run_id: str) -> str:
     """On a sender: an htb root whose default class is unlimited and whose class 10 (a tbf leaf
     at rate_kbit) takes the packets to dest_hosts (to or from `port` only, when given).
-    Idempotent: an existing root of ours is replaced."""
+    Idempotent: an existing root of ours is replaced. The run is named as the owner first, so
+    a shaper half installed is still the run's to remove."""
     h = QDISC_HANDLE
     lines = [
         f"dev={device_of(dest_hosts[0])}",
+        f"mkdir -p {OWNER_DIR}",
+        f"echo {shlex.quote(check_run_id(run_id))} > {owner_file('$dev')}",
         f'{{ tc qdisc del dev "$dev" root handle {h}: 2>/dev/null || true; }}',
         f'tc qdisc add dev "$dev" root handle {h}: htb default 1',
         f'tc class add dev "$dev" parent {h}: classid {h}:1 htb rate 10gbit quantum 60000',
@@ -103,14 +117,16 @@ def shape_command(dest_hosts: Sequence[str], port: int | None, rate_kbit: int) -
     return " && ".join(lines)
 
 
-def unshape_command() -> str:
-    """Remove our htb root (only ours, recognized by its handle) from every device; print how
-    many remain."""
+def unshape_command(run_id: str) -> str:
+    """Remove our htb root (recognized by its handle) from every device where this run owns
+    it; print how many of the run's remain. A root another run installed since is left."""
     h = QDISC_HANDLE
+    root = f'tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root"'
     return (
         "left=0; for dev in $(ls /sys/class/net); do "
-        f'if tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root"; then '
-        f'tc qdisc del dev "$dev" root handle {h}: || true; '
-        f'tc qdisc show dev "$dev" | grep -q "qdisc htb {h}: root" && left=$((left + 1)); '
-        'fi; done; echo "$left"'
+        f"owner={owner_file('$dev')}; "
+        f'[ "$(cat "$owner" 2>/dev/null)" = {shlex.quote(check_run_id(run_id))} ] || continue; '
+        f'if {root}; then tc qdisc del dev "$dev" root handle {h}: || true; fi; '
+        f'if {root}; then left=$((left + 1)); else rm -f "$owner"; fi; '
+        'done; echo "$left"'
     )

@@ -128,12 +128,14 @@ class HostSurface:
             if len(ports) != 1:
                 raise ValueError(f"slow: one shaper per sender, on one port (got {ports})")
             dests = list(dict.fromkeys(self._host(x.dst) for x in group))
-            commands[src] = shape_command(dests, ports.pop(), rate_kbit)
+            commands[src] = shape_command(dests, ports.pop(), rate_kbit, self.run_id)
         _, failed = await self._run_each(commands)
         return failed
 
     async def unslow(self) -> Undone:
-        return await self._counted(dict.fromkeys(self.cluster.nodes, unshape_command()))
+        """The run's own shapers only (`host_net.owner_file`): on a shared host another run's
+        shaper may sit on the same device."""
+        return await self._counted(dict.fromkeys(self.cluster.nodes, unshape_command(self.run_id)))
 
     async def sweep(self) -> Swept:
         if self._never_changed():

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
-    check_no_nodes_file,
     check_voters,
 )
-from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, split_roles
+from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import LocalWatchdog, RunGuard
 from harness.remote import Remote, RemoteError
@@ -46,7 +45,6 @@ class LocalBackend(HostBackend):
         from harness.remote_local import check_ports_free, local_address
 
         check_voters(opts)
-        check_no_nodes_file(opts)
         needs_root = sorted(set(opts.nemesis) & self.unavailable_kinds())
         if needs_root:
             raise BackendOptionsError(
@@ -71,7 +69,8 @@ class LocalBackend(HostBackend):
     def guard(self, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
         from harness.remote_local import local_address
 
-        addresses = [local_address(i, spec.local_base) for i in range(1, spec.nodes + 1)]
+        count = len(spec_layout(spec).nodes)
+        addresses = [local_address(i, spec.local_base) for i in range(1, count + 1)]
         return LocalWatchdog.start(run_id, addresses, work_dir / "watchdog.log")
 
     def provision(
@@ -80,8 +79,8 @@ class LocalBackend(HostBackend):
         from harness.cluster import remove_iptables_rules
         from harness.remote_local import LocalRemote, check_ports_free, kill_tagged, local_address
 
-        nodes = node_names(spec.nodes)
-        voters, learners = split_roles(nodes, spec.voters)
+        layout = spec_layout(spec)
+        nodes, voters, learners = list(layout.nodes), list(layout.voters), list(layout.learners)
         addresses = [local_address(i, spec.local_base) for i in range(1, len(nodes) + 1)]
         try:
             check_ports_free(addresses)

@@ -19,11 +19,10 @@ from harness.backends.base import (
     FaultPlayer,
     NemesisPlayer,
     RunClock,
-    check_no_nodes_file,
     check_voters,
     own_signals,
 )
-from harness.cluster_spec import Cluster, ClusterSpec, node_names, split_roles
+from harness.cluster_spec import Cluster, ClusterSpec, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard
 from harness.target import Target
@@ -56,7 +55,6 @@ class SimBackend:
 
     def check_options(self, opts: RunOptions) -> None:
         check_voters(opts)
-        check_no_nodes_file(opts)
         if opts.target != SimSchemaSyncTarget.name:
             raise BackendOptionsError(
                 f"--target: {opts.target!r} does not run in simulation "
@@ -76,8 +74,8 @@ class SimBackend:
         self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
     ) -> Cluster:
         """The simulated machines, on the running SimLoop (nothing to tear down)."""
-        nodes = node_names(spec.nodes)
-        voters, learners = split_roles(nodes, spec.voters)
+        layout = spec_layout(spec)
+        nodes, voters, learners = list(layout.nodes), list(layout.voters), list(layout.learners)
         return SimClusterView(
             nodes=nodes,
             voters=voters,

@@ -8,7 +8,14 @@ from typing import Any
 
 from contract.config_error import ConfigError
 from harness.backends.base import BackendOptionsError, HostBackend
-from harness.cluster_spec import SSH_ROOT, Cluster, ClusterSpec, ProvisionError, split_roles
+from harness.cluster_spec import (
+    SSH_ROOT,
+    Cluster,
+    ClusterSpec,
+    ProvisionError,
+    SshHosts,
+    spec_layout,
+)
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard, SshLeases
 from harness.remote import Remote, RemoteError
@@ -39,16 +46,16 @@ class SshBackend(HostBackend):
         return None
 
     def guard(self, spec: ClusterSpec, run_id: str, work_dir: Path) -> RunGuard:
-        if spec.nodes_file is None:
+        if spec.hosts is None and spec.nodes_file is None:
             return NoGuard()  # provisioning refuses this case with its own message
-        return SshLeases.start(run_id, spec.nodes_file)
+        return SshLeases.start(run_id, self._hosts(spec))
 
     def provision(
         self, spec: ClusterSpec, run_id: str, work_dir: Path, cleanups: list[Any]
     ) -> Cluster:
-        hosts = spec.hosts if spec.hosts is not None else self._read_hosts(spec)
-        nodes = [h.name for h in hosts]
-        voters, learners = split_roles(nodes, min(spec.voters, len(nodes)))
+        hosts = self._hosts(spec)
+        layout = spec_layout(spec, [h.name for h in hosts])
+        nodes, voters, learners = list(layout.nodes), list(layout.voters), list(layout.learners)
         remotes: dict[str, Remote] = {}
         for h in hosts:
             remote: Remote = SshRemote(
@@ -75,11 +82,13 @@ class SshBackend(HostBackend):
         )
 
     @staticmethod
-    def _read_hosts(spec: ClusterSpec) -> list[SshHost]:
-        """The nodes file, for a spec made without a run (a run's spec has its hosts read)."""
+    def _hosts(spec: ClusterSpec) -> SshHosts:
+        """The run's hosts as it read them; a spec made without a run has its file read here."""
+        if spec.hosts is not None:
+            return spec.hosts
         if spec.nodes_file is None:
             raise ProvisionError("--nodes-file is required with --backend ssh")
         try:
-            return load_nodes_file(spec.nodes_file)
+            return tuple(load_nodes_file(spec.nodes_file))
         except ConfigError as e:
             raise ProvisionError(str(e)) from e

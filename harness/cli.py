@@ -23,6 +23,7 @@ from typing import Any
 from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_BAD_INPUT, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS, RUN_JSON
+from contract.target import SettingsError
 from harness.backends import (
     BackendOptionsError,
     ProvisionError,
@@ -47,7 +48,6 @@ from harness.run import RunOutcome, run_test
 from harness.spark_cli import cmd_spark
 from harness.store import store_name_problem
 from harness.sweep import run_sweep_args
-from harness.target import SettingsError
 from nemesis import parse_kinds
 from reports.expectation import judge
 from targets.registry import TARGETS

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from contract.remote import Remote, RemoteError
 from contract.rundir import CATALOG
 from harness.cluster_spec import (
     REMOTE_IPTABLES_CLEAN,
@@ -34,7 +35,6 @@ from harness.cluster_spec import (
     rule_is_runs,
     split_roles,
 )
-from harness.remote import Remote, RemoteError
 
 if TYPE_CHECKING:
     from harness.remote_ssh import SshHost

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from harness.remote import Remote
+from contract.remote import Remote
 
 if TYPE_CHECKING:
     from harness.remote_ssh import SshHost

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.target import ClientError
+from contract.target import ClientError
 
 log = logging.getLogger("schemachaos.monitor")
 

@@ -31,11 +31,11 @@ from pydantic import (
 from contract.config_error import WHOLE_FILE, ConfigError
 from contract.exit_codes import EXIT_CRASH
 from contract.rundir import RESULTS, RUN_JSON
+from contract.target import SettingsChecker, SettingsError
 from harness.backends import scenario_run_options
 from harness.options import RunOptions
 from harness.resolved_run import ResolvedRun, resolve_run
 from harness.run import run_test
-from harness.target import SettingsChecker, SettingsError
 from nemesis import parse_kinds
 from reports.expectation import allow_of, expect_of
 from reports.nightly import CellOutcome, read_json, write_summary

@@ -44,7 +44,7 @@ class RunOptions:
     ready_timeout_s: float = 60.0
     local_base: str = "127.0.0.10"
     # the target's own settings, in its own keys (schemasync: delay_duration_ms,
-    # max_clock_skew_ms, toggles, ...), checked by the target (harness.target.SettingsChecker)
+    # max_clock_skew_ms, toggles, ...), checked by the target (contract.target.SettingsChecker)
     target_config: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
     nemesis_options: dict[str, Any] = field(default_factory=dict)

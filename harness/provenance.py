@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.target import VersionReporter
+from contract.target import VersionReporter
 
 UNKNOWN = "unknown"
 REPO_ROOT = Path(__file__).resolve().parent.parent

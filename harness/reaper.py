@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from contract.remote import Remote
 from contract.rundir import CATALOG, HISTORY, REAPER_LOG, TMP
 from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, ProvisionError, SshHosts, check_run_id
 from harness.reaper_agent import SalvagePlan, salvage_catalog, write_owned
-from harness.remote import Remote
 
 log = logging.getLogger("schemachaos.reaper")
 
@@ -353,8 +353,9 @@ class SshLeases:
     @classmethod
     def start(cls, run_id: str, hosts: SshHosts) -> SshLeases:
         """`hosts`: the nodes file as the run read it (it is read once)."""
+        from contract.remote import RemoteError
         from harness.cluster_spec import REMOTE_IPTABLES_CLEAN, SSH_ROOT
-        from harness.remote import RemoteError, pkill_command
+        from harness.remote import pkill_command
         from harness.remote_ssh import SshRemote
 
         remotes: dict[str, Remote] = {
@@ -390,7 +391,7 @@ class SshLeases:
         return leases
 
     def _renew(self) -> None:
-        from harness.remote import RemoteError
+        from contract.remote import RemoteError
 
         while not self._stop.wait(LEASE_RENEW_S):
             for remote in self._remotes.values():

@@ -17,8 +17,8 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from contract.remote import RemoteError
 from harness.cluster_spec import check_run_id
-from harness.remote import RemoteError
 from harness.remote_ssh import SshRemote
 
 LABEL = "schemachaos"

@@ -14,7 +14,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from harness.remote import CommandResult, RemoteError, check_result, normalize_signal
+from contract.remote import CommandResult, RemoteError
+from harness.remote import check_result, normalize_signal
 
 RUN_ENV = "SCHEMACHAOS_RUN"
 PORTS = (10800, 10900, 11000)

@@ -20,7 +20,8 @@ import paramiko
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from contract.config_error import WHOLE_FILE, ConfigError, first_problem
-from harness.remote import CommandResult, RemoteError, check_result, pkill_command
+from contract.remote import CommandResult, RemoteError
+from harness.remote import check_result, pkill_command
 
 
 @dataclass(frozen=True)

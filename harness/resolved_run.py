@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from contract.config_error import ConfigError
+from contract.target import Target
 from harness.backends import Backend, resolve_backend
 from harness.cluster_spec import ClusterSpec, NodeLayout, split_roles
 from harness.options import RunOptions
 from harness.remote_ssh import SshHost, load_nodes_file
-from harness.target import Target
 from harness.target_settings import effective_config, own_settings, timing_bounds
 from nemesis import build_schedule
 from nemesis.schedule import NemesisStep

@@ -20,6 +20,14 @@ from typing import Any
 
 from contract.exit_codes import EXIT_INTERRUPTED, EXIT_UNKNOWN
 from contract.rundir import RESULTS
+from contract.target import (
+    PER_NODE_COPIES,
+    AsyncReadiness,
+    StartsAll,
+    StatsReporter,
+    Target,
+    TargetSetupError,
+)
 from harness.backends import BACKENDS, Backend, provision
 from harness.backends.base import BackendOptionsError, FaultPlayer, RunClock
 from harness.cluster import (
@@ -41,14 +49,6 @@ from harness.store import (
     new_run_dir,
     write_json,
     write_jsonl,
-)
-from harness.target import (
-    PER_NODE_COPIES,
-    AsyncReadiness,
-    StartsAll,
-    StatsReporter,
-    Target,
-    TargetSetupError,
 )
 from harness.target_settings import run_json_config
 from nemesis import schedule_to_json

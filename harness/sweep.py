@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from contract.config_error import ConfigError
 from contract.exit_codes import EXIT_BAD_INPUT, EXIT_UNKNOWN
 from contract.rundir import RESULTS
+from contract.target import SettingsError
 from harness.backends import BackendOptionsError, ProvisionError, scenario_run_options
 from harness.backends.sim import HASH_SEED, SimBackend
 from harness.options import RunOptions, shape_problem
@@ -34,7 +35,6 @@ from harness.reexec import child_command, child_env, options_to_json
 from harness.resolved_run import resolve_run
 from harness.run import unknown_results
 from harness.store import store_name_problem, write_json
-from harness.target import SettingsError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.target import SettingsChecker, SettingsError, Target, TimingBounds
+from contract.target import SettingsChecker, SettingsError, Target, TimingBounds
 
 # What the clock and delay nemeses assume of a target that states no CSmax or DD of its own
 DEFAULT_MAX_SKEW_MS = 500

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from contract.fault_surface import Failures, FaultSurface, failures_of
+from contract.target import ClusterView, Target
 from harness.remote import in_thread
-from harness.target import ClusterView, Target
 
 STATUS_TIMEOUT_S = 1.5
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from contract.fault_surface import Failures, Link, Undone
-from harness.target import ApplyInhibitControl, LaggingControl
+from contract.target import ApplyInhibitControl, LaggingControl
 from nemesis.context import NemesisContext, each_in_thread, elapsed_ms, loop_time, statuses
 from nemesis.fault import FaultPlan, choices
 

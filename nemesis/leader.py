@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.target import Primaries
+from contract.target import Primaries
 from nemesis.context import NemesisContext
 
 LEADER_WAIT_S = 10.0  # an election in progress names a leader well within this

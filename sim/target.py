@@ -1,5 +1,5 @@
 """The schemasync target on a simulated cluster: what `SchemaSyncTarget` does with processes,
-signals and sockets, done on the `SimCluster` in this process (harness.target's protocol).
+signals and sockets, done on the `SimCluster` in this process (contract.target's protocol).
 
 Provisioning (harness.backends.sim) gives the machines, a `SimWorld`; `setup` puts the nodes
 on them with the settings `targets.schemasync.config` checks and completes, so a simulated node
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.target import ClientError, ClusterView, TargetClient, TargetSetupError
 from harness.cluster_spec import Cluster
-from harness.target import ClientError, ClusterView, TargetClient, TargetSetupError
 from sim.cluster import SimCluster, SimWorld
 from targets.schemasync.client import SchemaSyncClient, client_error
 from targets.schemasync.config import check_settings

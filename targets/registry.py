@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.target import Target
+from contract.target import Target
 from targets.galera import GaleraTarget
 from targets.postgres import PostgresTarget
 from targets.schemasync import SchemaSyncTarget
@@ -19,7 +19,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
 
 def load_target(name: str) -> Target:
     """A fresh target of that name; its optional capabilities are the protocols of
-    `harness.target` (e.g. `DockerImageProvider`: the image the docker backend runs)."""
+    `contract.target` (e.g. `DockerImageProvider`: the image the docker backend runs)."""
     if name not in TARGETS:
         raise ValueError(f"unknown target {name!r} (known: {', '.join(sorted(TARGETS))})")
     return TARGETS[name]()

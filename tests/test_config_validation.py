@@ -13,11 +13,11 @@ from typing import get_args
 import pytest
 
 from contract.config_error import ConfigError
+from contract.target import SettingsChecker, SettingsError
 from harness.cli import main
 from harness.nightly import load_matrix
 from harness.options import RunOptions
 from harness.remote_ssh import load_nodes_file
-from harness.target import SettingsChecker, SettingsError
 from schemasync.config import PROFILES, NodeConfig
 from targets.galera import GaleraTarget
 from targets.postgres import PostgresTarget

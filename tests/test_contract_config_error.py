@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from contract.config_error import WHOLE_FILE, ConfigError
+from contract.target import SettingsError, TargetSetupError
 from harness.nightly import load_matrix
 from harness.remote_ssh import load_nodes_file
-from harness.target import SettingsError, TargetSetupError
 from targets.registry import load_target
 from workloads import build_generator
 from workloads.scenario import load_scenario

@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from harness.target import ClientError
+from contract.target import ClientError
 from schemasync.catalog import Catalog
 from schemasync.ddl import parse_ddl
 from schemasync.types import parse_type

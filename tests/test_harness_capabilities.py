@@ -1,11 +1,11 @@
-"""Optional target capabilities are runtime_checkable protocols of harness.target: the harness
+"""Optional target capabilities are runtime_checkable protocols of contract.target: the harness
 and the nemeses test them with isinstance. Each target has exactly the ones it implements."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.target import (
+from contract.target import (
     ApplyInhibitControl,
     AsyncReadiness,
     ClockControl,

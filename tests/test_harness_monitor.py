@@ -16,9 +16,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from checker.analyze import analyze_run, exit_code
+from contract.target import ClientError
 from harness.monitor import ClusterMonitor, StatusRead, error_code, sample_value
 from harness.reaper import watchdog_processes
-from harness.target import ClientError
 from schemasync.client import Client
 from schemasync.localcluster import LocalCluster
 from tests.spark_session import spark  # noqa: F401  (fixture)

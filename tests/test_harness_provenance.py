@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from contract.remote import Remote
+from contract.target import VersionReporter
 from harness import provenance as prov
-from harness.remote import Remote
 from harness.remote_local import LocalRemote
 from harness.resolved_run import resolve_run
 from harness.run import RunOptions, _update_provenance, run_json
 from harness.store import new_run_dir
-from harness.target import VersionReporter
 from targets.postgres import PostgresTarget
 from targets.schemasync import SchemaSyncTarget
 from tests.conftest import require

@@ -13,9 +13,9 @@ import paramiko
 import pytest
 
 from contract.config_error import ConfigError
+from contract.remote import RemoteError
 from harness.backends import provision
 from harness.cluster import ClusterSpec, ProvisionError
-from harness.remote import RemoteError
 from harness.remote_docker import DockerNodes, _host_key, generate_run_key
 from harness.remote_ssh import SshRemote, load_nodes_file
 from targets.schemasync import SchemaSyncTarget

@@ -27,7 +27,7 @@ def node_image() -> str:
 
 def free_local_base(nodes: int = 5) -> str:
     """A loopback range (127.0.X.10 + i) nobody listens on, so parallel runs do not collide."""
-    from harness.remote import RemoteError
+    from contract.remote import RemoteError
     from harness.remote_local import check_ports_free, local_address
 
     rng = random.Random()

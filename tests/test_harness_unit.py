@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from checker.contract import read_run_json
+from contract.target import SettingsChecker
 from harness.backends import resolve_backend
 from harness.cli import main
 from harness.cluster import Cluster, ProvisionError, remove_iptables_rules
@@ -23,7 +24,6 @@ from harness.remote_ssh import load_nodes_file
 from harness.resolved_run import resolve_run
 from harness.run import run_json
 from harness.store import new_run_dir
-from harness.target import SettingsChecker
 from harness.target_settings import own_settings
 from nemesis import schedule_to_json
 from schemasync.config import parse_config

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from contract.target import ClientError
 from harness.backends import provision
 from harness.backends.host_net import QDISC_HANDLE
 from harness.backends.host_surface import HostSurface
 from harness.cluster import Cluster, ClusterSpec
-from harness.target import ClientError
 from nemesis import NemesisContext, NemesisStep, heal_all
 from nemesis.runner import apply_step
 from targets.postgres import PostgresTarget

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from contract.target import Target
 from harness.backends import ProvisionError, provision
 from harness.backends.sim import SimBackend
 from harness.backends.ssh import SshBackend
@@ -23,7 +24,6 @@ from harness.nightly import cell_options, load_matrix
 from harness.options import RunOptions
 from harness.remote_ssh import NodesFile
 from harness.resolved_run import UnresolvedRun, resolve_run
-from harness.target import Target
 from nemesis import schedule_to_json
 from targets import registry
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.target import ClientError, TargetClient
+from contract.target import ClientError, TargetClient
 from tests.test_history_recorder import check_contract
 from workloads import build_generator, runner
 from workloads.final import final_reads, tables_and_indexes

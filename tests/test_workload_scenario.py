@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from contract.config_error import ConfigError
+from contract.target import SettingsError
 from harness.options import RunOptions
-from harness.target import SettingsError
 from schemasync.toggles import TOGGLES
 from targets.schemasync.config import check_settings
 from workloads import build_generator

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from harness.target import ClientError, TargetClient
+from contract.target import ClientError, TargetClient
 from workloads.history import HistoryRecorder
 from workloads.runner import CLOSE_TIMEOUT_S, CONNECT_TIMEOUT_S, DEFAULT_OP_TIMEOUTS_S
 

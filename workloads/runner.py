@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from harness.target import ClientError, TargetClient
+from contract.target import ClientError, TargetClient
 from workloads.generator import DONE, Generator, NextOp, Op
 from workloads.history import HistoryRecorder
 

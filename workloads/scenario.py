@@ -17,7 +17,7 @@ file, the key and what is allowed, never a traceback.
     [target]                              # name, nodes, voters; every other key is the
     toggles = ["no-safe-time-wait"]       # target's own setting (target_config: schemasync's
     delay_ms = 500                        # DD, CSmax, toggles, ...), checked by that target
-                                          # (harness.target.SettingsChecker)
+                                          # (contract.target.SettingsChecker)
     [nemesis]
     kinds = ["lagging-learner"]
     interval_s = 5

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from contract.target import Target
 from harness.backends.host_surface import HostSurface
 from harness.cluster_spec import Cluster, ClusterSpec, node_names
 from harness.options import RunOptions
 from harness.reaper import RunGuard
-from harness.target import Target
 from nemesis import NemesisContext, heal_all, run_schedule
 from nemesis.context import NemesisRecorder
 from nemesis.schedule import NemesisStep

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.remote import RemoteError
+from contract.target import DockerImageProvider
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
@@ -14,8 +16,6 @@ from harness.backends.base import (
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import DockerReaper, RunGuard
-from harness.remote import RemoteError
-from harness.target import DockerImageProvider
 
 if TYPE_CHECKING:
     from harness.remote_ssh import SshHost

@@ -15,6 +15,14 @@ import os
 from collections.abc import Mapping, Sequence
 
 from contract.fault_surface import Failures, Link, Swept, Undone, failures_of
+from contract.remote import CommandResult
+from contract.target import (
+    ApplyInhibitControl,
+    ClockControl,
+    ClusterView,
+    DelayControl,
+    Target,
+)
 from harness.backends.host_clock import (
     stop_strobe_command,
     strobe_command,
@@ -27,14 +35,7 @@ from harness.backends.host_net import (
     unshape_command,
 )
 from harness.cluster_spec import check_run_id
-from harness.remote import CommandResult, in_thread
-from harness.target import (
-    ApplyInhibitControl,
-    ClockControl,
-    ClusterView,
-    DelayControl,
-    Target,
-)
+from harness.remote import in_thread
 
 REMOTE_TIMEOUT_S = 15.0
 CLIENT_TIMEOUT_S = 3.0

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.remote import Remote, RemoteError
 from harness.backends.base import (
     BackendOptionsError,
     HostBackend,
@@ -21,7 +22,6 @@ from harness.backends.base import (
 from harness.cluster_spec import Cluster, ClusterSpec, ProvisionError, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import LocalWatchdog, RunGuard
-from harness.remote import Remote, RemoteError
 from nemesis.registry import NEMESES
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.target import Target
 from harness.backends.base import (
     BackendOptionsError,
     FaultPlayer,
@@ -25,7 +26,6 @@ from harness.backends.base import (
 from harness.cluster_spec import Cluster, ClusterSpec, node_names, spec_layout
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard
-from harness.target import Target
 from nemesis import NemesisContext
 from sim.clocks import EPOCH_US
 from sim.cluster import CLIENT_PORT, METASTORE_PORT, PEER_PORT, SimWorld

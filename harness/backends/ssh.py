@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.config_error import ConfigError
+from contract.remote import Remote, RemoteError
 from harness.backends.base import BackendOptionsError, HostBackend
 from harness.cluster_spec import (
     SSH_ROOT,
@@ -18,7 +19,6 @@ from harness.cluster_spec import (
 )
 from harness.options import RunOptions
 from harness.reaper import NoGuard, RunGuard, SshLeases
-from harness.remote import Remote, RemoteError
 from harness.remote_ssh import SshHost, SshRemote, load_nodes_file
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pymysql
 
-from harness.target import ClientError
+from contract.target import ClientError
 from schemasync import ddl as d
 from schemasync.types import TypeInvalid
 from targets.galera.catalog_log import LOG_TABLE, CatalogState, Pending

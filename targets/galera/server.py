@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.target import SettingsError, TargetSetupError
+from contract.target import SettingsError, TargetSetupError
 
 CLIENT_PORT = 3306
 GROUP_PORT = 4567  # gcomm: write-set replication and membership

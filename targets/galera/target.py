@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from contract.remote import Remote, RemoteError
+from contract.target import PER_NODE_COPIES, ClusterView
 from harness.faketime import faketime_env
-from harness.remote import Remote, RemoteError, on_each_node
-from harness.target import PER_NODE_COPIES, ClusterView
+from harness.remote import on_each_node
 from targets.galera.catalog_log import BOOTSTRAP_SQL, CatalogState
 from targets.galera.client import GaleraClient
 from targets.galera.server import (

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.target import ClientError
+from contract.target import ClientError
 from schemasync import ddl as d
 from schemasync.types import TypeInvalid
 from targets.postgres.catalog import (

@@ -14,7 +14,7 @@ from pydantic import (
     ValidationError,
 )
 
-from harness.target import SettingsError, TargetSetupError
+from contract.target import SettingsError, TargetSetupError
 from targets.postgres.sql import (
     META,
     PORT,

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.remote import Remote, RemoteError, on_each_node
-from harness.target import ClientError, ClusterView
+from contract.remote import Remote, RemoteError
+from contract.target import ClientError, ClusterView
+from harness.remote import on_each_node
 from targets.postgres.client import PostgresClient
 from targets.postgres.images import ensure_postgres_image
 from targets.postgres.server import (

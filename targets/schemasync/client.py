@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from harness.target import ClientError
+from contract.target import ClientError
 from schemasync.client import SchemaSyncError
 from schemasync.deadline import within
 from schemasync.txn_client import run_txn

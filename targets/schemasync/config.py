@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.target import ClusterView, SettingsError
+from contract.target import ClusterView, SettingsError
 from schemasync.toggles import TOGGLES
 
 

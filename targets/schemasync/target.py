@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import schemasync
+from contract.remote import Remote, RemoteError
+from contract.target import ClientError, ClusterView, TargetSetupError
 from harness.faketime import faketime_env
-from harness.remote import Remote, RemoteError, in_thread, on_each_node, pgrep_command
-from harness.target import ClientError, ClusterView, TargetSetupError
+from harness.remote import in_thread, on_each_node, pgrep_command
 from schemasync.client import Client
 from targets.schemasync.client import OP_TIMEOUT_S, SchemaSyncClient, client_error
 from targets.schemasync.config import DEFAULT_CONFIG, render_config

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from contract.config_error import ConfigError
-from harness.remote import Remote
+from contract.remote import Remote
 
 
 class ClientError(Exception):

@@ -344,7 +344,9 @@ async def _on_cluster(p: RunParts, cluster: Cluster) -> None:
     try:
         state.set_phase("starting nodes")
         notify()
-        await in_thread(target.setup, cluster, dict(p.resolved.settings))
+        # the settings as given: the target checks them itself, and a check of its filled-in
+        # defaults would judge a default against a DD the run lowered (idle interval > DD/2)
+        await in_thread(target.setup, cluster, dict(opts.target_config))
         if isinstance(target, StartsAll):
             await in_thread(target.start_all)
         else:

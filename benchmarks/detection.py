@@ -134,6 +134,15 @@ MATRIX: dict[str, Entry] = {
     ),
     "skip-index-states": Entry("scenarios/skip-index-states.toml", 12.0),
     "no-safe-time-recovery": Entry("scenarios/no-safe-time-recovery.toml", 19.0),
+    "old-writer-no-default": Entry("scenarios/old-writer-no-default.toml", 14.0),
+    "backfill-ignores-skew": Entry(
+        "scenarios/backfill-ignores-skew.toml",
+        20.0,
+        implied={
+            "index-orphan": "the raced writer maintains no entry: an update or delete of a row "
+            "the backfill saw leaves the entry it gave that row (its old values) behind",
+        },
+    ),
 }
 # every nemesis, every toggle off: valid
 BASELINE = Entry("scenarios/baseline.toml", 20.0)

@@ -14,8 +14,18 @@ SYNCTIME_REORDER = "synctime-reorder"
 MUTABLE_DELAY = "mutable-delay"
 SKIP_INDEX_STATES = "skip-index-states"
 NO_SAFE_TIME_RECOVERY = "no-safe-time-recovery"
+# A racing writer's rows are stored under the commit-time table version instead of the version
+# they were written on (I), values unchanged, so a column added in between is missing from them
+# where its default belongs (YugabyteDB #4415, the 2021-04-27 comment: a txn that began before
+# ADD COLUMN ... NOT NULL DEFAULT 44 inserts a NULL).
+OLD_WRITER_NO_DEFAULT = "old-writer-no-default"
+# The index backfill reads rows at the driver's own wall clock instead of BUILDING's activation,
+# which the gate's HLC-carrying poll lifts past every non-maintaining writer's commit; a writer
+# on a node whose clock is ahead commits above that snapshot (CockroachDB #18533).
+BACKFILL_IGNORES_SKEW = "backfill-ignores-skew"
 
-# In anomalies.md order: the one list the node, the CLI and scenarios check toggle names against.
+# In anomalies.md order (the reported anomalies' toggles after the spec's): the one list the
+# node, the CLI and scenarios check toggle names against.
 TOGGLES: tuple[str, ...] = (
     NO_SAFE_TIME_WAIT,
     NO_ACK_WAIT,
@@ -29,6 +39,8 @@ TOGGLES: tuple[str, ...] = (
     MUTABLE_DELAY,
     SKIP_INDEX_STATES,
     NO_SAFE_TIME_RECOVERY,
+    OLD_WRITER_NO_DEFAULT,
+    BACKFILL_IGNORES_SKEW,
 )
 ALL_TOGGLES: frozenset[str] = frozenset(TOGGLES)
 

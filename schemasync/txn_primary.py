@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from schemasync import errors
@@ -34,7 +34,12 @@ from schemasync.storage import (
     RowVersion,
     Storage,
 )
-from schemasync.toggles import LOCAL_SCHEMA_AT_COMMIT, NO_COMMIT_VALIDATION, NO_OP_VALIDATION
+from schemasync.toggles import (
+    LOCAL_SCHEMA_AT_COMMIT,
+    NO_COMMIT_VALIDATION,
+    NO_OP_VALIDATION,
+    OLD_WRITER_NO_DEFAULT,
+)
 from schemasync.types import TypeInvalid, normalize_value, parse_type
 
 if TYPE_CHECKING:
@@ -399,6 +404,16 @@ class TxnPrimary:
                     out.append(IndexWrite(index.id, new_vals, key, True))
         return out
 
+    def _stored_writes(self, part: _Part, commit_version: int | None) -> tuple[KeyWrite, ...]:
+        """The writes as the store keeps them: each under the version its values were written
+        on (I), which a reader upgrades from, filling a column added since with its default.
+        The bug toggle `old-writer-no-default` stamps them with the commit-time version instead,
+        values unchanged (YugabyteDB #4415: the row built from the old tuple descriptor)."""
+        writes = tuple(part.writes.values())
+        if OLD_WRITER_NO_DEFAULT not in self.ctx.toggles or commit_version is None:
+            return writes
+        return tuple(replace(w, schema_version=commit_version) for w in writes)
+
     async def handle_prepare(self, body: dict[str, Any]) -> dict[str, Any]:
         """Phase one (or the single phase when ``single``): validate at commit_ts, log, reply."""
         txn_id = str(body["txn_id"])
@@ -420,9 +435,10 @@ class TxnPrimary:
         try:
             cat_c = await self._commit_catalog(commit_ts)
             results = []
+            commit_versions: dict[PartKey, int | None] = {}
             for key in wanted:
                 part = txn.parts[key]
-                sv = self._validate(part, cat_c, commit_ts)
+                sv = commit_versions[key] = self._validate(part, cat_c, commit_ts)
                 results.append(
                     {"table_id": key[0], "partition": key[1], "commit_schema_version": sv}
                 )
@@ -433,7 +449,7 @@ class TxnPrimary:
                     txn_id,
                     txn.coordinator,
                     commit_ts,
-                    tuple(part.writes.values()),
+                    self._stored_writes(part, commit_versions[key]),
                     tuple(await self._index_writes(txn, part, store)),
                 )
                 if txn.aborted:  # the coordinator gave up while this prepare waited
@@ -559,9 +575,10 @@ class TxnPrimary:
         return {"entries": [{"key": e.key, "values": list(e.values)} for e in entries]}
 
     async def handle_backfill(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Add index entries for every row of this node's partitions live at ts."""
+        """Add index entries for every row of this node's partitions live at ts, for the index
+        as the catalog at schema_ts (default ts) defines it."""
         table_id, index_id, ts = int(body["table_id"]), int(body["index_id"]), int(body["ts"])
-        cat = await completed_catalog(self.ctx, ts, "backfill")
+        cat = await completed_catalog(self.ctx, int(body.get("schema_ts", ts)), "backfill")
         table = cat.table_by_id(table_id)
         index = (
             None if table is None else next((i for i in table.indexes if i.id == index_id), None)

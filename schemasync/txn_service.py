@@ -17,9 +17,10 @@ from schemasync import errors
 from schemasync.catalog import AVAILABLE, BUILDING, Catalog
 from schemasync.deadline import within
 from schemasync.errors import SchemaSyncError
+from schemasync.hlc import make_ts
 from schemasync.index_states import may_advance, pending_steps, state_activation_ts
 from schemasync.storage import Storage
-from schemasync.toggles import SKIP_INDEX_STATES
+from schemasync.toggles import BACKFILL_IGNORES_SKEW, SKIP_INDEX_STATES
 from schemasync.txn_coordinator import PEER_TIMEOUT_S, TxnCoordinator
 from schemasync.txn_primary import TxnPrimary, completed_catalog, fail
 
@@ -136,6 +137,7 @@ class TxnService:
             if since is None or self.ctx.hlc.now() < since:
                 continue  # the state is not active yet
             await completed_catalog(self.ctx, since, "index driver")
+            snapshot = self._backfill_snapshot(since)
             running = await self.oldest_running_begin_ts()
             if running is None or not may_advance(since, running):
                 continue
@@ -144,13 +146,24 @@ class TxnService:
                 if found is None:
                     continue
                 table, index = found
-                await self._backfill(table.id, index.id, since)
+                await self._backfill(table.id, index.id, snapshot, since)
             try:
                 async with asyncio.timeout(PEER_TIMEOUT_S * 2):
                     cat = await self.ctx.metastore.propose_ddl(step.stmt)
                 log.info("index driver: %s -> catalog version %d", step.stmt, cat.version)
             except SchemaSyncError as e:
                 log.info("index driver: %s: %s", step.stmt, e.message)
+
+    def _backfill_snapshot(self, since: int) -> int:
+        """The timestamp the backfill reads rows at: BUILDING's activation, which lies above the
+        commit of every writer that maintains no entry (the gate waited for them, and the poll's
+        replies lifted this node's HLC past their commits before BUILDING was stamped). The bug
+        toggle `backfill-ignores-skew` reads this node's own wall clock instead, before the
+        poll, as CockroachDB's backfill fixed its scan timestamp from its own clock (#18533):
+        a writer on a node whose clock is ahead commits above it, and its row gets no entry."""
+        if BACKFILL_IGNORES_SKEW in self.ctx.toggles:
+            return make_ts(self.ctx.hlc.wall_ms())
+        return since
 
     async def _backfill_created_available(self, history: list[Catalog]) -> None:
         """With `skip-index-states` an index is AVAILABLE at once: backfill it right away, as
@@ -177,13 +190,19 @@ class TxnService:
                 await self.ctx.metastore.put(f"index_backfilled/{index.id}", True)
                 self._backfilled.add(index.id)
 
-    async def _backfill(self, table_id: int, index_id: int, ts: int) -> None:
-        body = {
+    async def _backfill(
+        self, table_id: int, index_id: int, ts: int, schema_ts: int | None = None
+    ) -> None:
+        """Entries for the rows live at `ts`, of the index as the catalog at `schema_ts` (default
+        `ts`) defines it, added on every node."""
+        body: dict[str, Any] = {
             "table_id": table_id,
             "index_id": index_id,
             "ts": ts,
             "partitions": self.ctx.config.partitions,
         }
+        if schema_ts is not None and schema_ts != ts:
+            body["schema_ts"] = schema_ts
         failed: list[str] = []
 
         async def backfill_on(node: str) -> None:
